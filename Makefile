@@ -1,0 +1,32 @@
+# Two commands set up and exercise rbjax on a fresh machine with only python3:
+#   make demo   creates .venv if missing, installs rbjax with its extras, runs the tumbling-body demo
+#   make test   runs the whole test suite in the same .venv
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test,plot,dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/tumbling_body.py --out tumbling_body.png
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check rbjax tests examples benchmarks
+	$(VENV)/bin/ruff format --check rbjax tests examples benchmarks
+	$(VENV)/bin/pyright
+
+bench: $(STAMP)
+	$(PY) benchmarks/free_body.py --json benchmarks/results/free_body.json
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info
