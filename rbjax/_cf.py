@@ -150,9 +150,15 @@ def transform_matrix(a):
     """s R = E(p) G(p)^T as a component-first 3x3 matrix (seed 000 eq. (22); seed 004 A = E G^T)."""
     a0, a1, a2, a3 = a[0], a[1], a[2], a[3]
     return stack(
-        stack(a0 * a0 + a1 * a1 - a2 * a2 - a3 * a3, 2 * (a1 * a2 - a0 * a3), 2 * (a1 * a3 + a0 * a2)),
-        stack(2 * (a1 * a2 + a0 * a3), a0 * a0 - a1 * a1 + a2 * a2 - a3 * a3, 2 * (a2 * a3 - a0 * a1)),
-        stack(2 * (a1 * a3 - a0 * a2), 2 * (a2 * a3 + a0 * a1), a0 * a0 - a1 * a1 - a2 * a2 + a3 * a3),
+        stack(
+            a0 * a0 + a1 * a1 - a2 * a2 - a3 * a3, 2 * (a1 * a2 - a0 * a3), 2 * (a1 * a3 + a0 * a2)
+        ),
+        stack(
+            2 * (a1 * a2 + a0 * a3), a0 * a0 - a1 * a1 + a2 * a2 - a3 * a3, 2 * (a2 * a3 - a0 * a1)
+        ),
+        stack(
+            2 * (a1 * a3 - a0 * a2), 2 * (a2 * a3 + a0 * a1), a0 * a0 - a1 * a1 - a2 * a2 + a3 * a3
+        ),
     )
 
 

@@ -1,0 +1,110 @@
+"""rbjax: a JAX-accelerated, differentiable rigid-body engine built on the scalable body.
+
+One explicit public surface; implementation lives in private modules. See README.md and
+docs/architecture.md. Quaternion algebra: ``rbjax.quaternion``.
+"""
+
+from . import quaternion as quaternion
+from ._body import Body as Body
+from ._dynamics import (
+    AbstractFormulation as AbstractFormulation,
+)
+from ._dynamics import (
+    NewtonEuler as NewtonEuler,
+)
+from ._dynamics import (
+    ScalableDAE as ScalableDAE,
+)
+from ._dynamics import (
+    UdwadiaSchutte as UdwadiaSchutte,
+)
+from ._dynamics import (
+    accelerations as accelerations,
+)
+from ._dynamics import (
+    angular_momentum as angular_momentum,
+)
+from ._dynamics import (
+    kinetic_energy as kinetic_energy,
+)
+from ._dynamics import (
+    linear_momentum as linear_momentum,
+)
+from ._dynamics import (
+    mass_matrix as mass_matrix,
+)
+from ._dynamics import (
+    potential_energy as potential_energy,
+)
+from ._dynamics import (
+    scaling_force_closed_form as scaling_force_closed_form,
+)
+from ._dynamics import (
+    total_energy as total_energy,
+)
+from ._dynamics import (
+    velocity_transform as velocity_transform,
+)
+from ._dynamics import (
+    velocity_transform_inverse as velocity_transform_inverse,
+)
+from ._forces import (
+    AbstractForce as AbstractForce,
+)
+from ._forces import (
+    BodyTorque as BodyTorque,
+)
+from ._forces import (
+    ForceFunction as ForceFunction,
+)
+from ._forces import (
+    PointForce as PointForce,
+)
+from ._integrators import (
+    RK4 as RK4,
+)
+from ._integrators import (
+    RK4_TABLEAU as RK4_TABLEAU,
+)
+from ._integrators import (
+    AbstractIntegrator as AbstractIntegrator,
+)
+from ._integrators import (
+    ButcherTableau as ButcherTableau,
+)
+from ._integrators import (
+    ExplicitRK as ExplicitRK,
+)
+from ._integrators import (
+    ImplicitMidpoint as ImplicitMidpoint,
+)
+from ._integrators import (
+    SemiImplicitEuler as SemiImplicitEuler,
+)
+from ._model import Model as Model
+from ._simulate import (
+    RESULT_NONFINITE as RESULT_NONFINITE,
+)
+from ._simulate import (
+    RESULT_OK as RESULT_OK,
+)
+from ._simulate import (
+    RESULT_SOLVER_FAILED as RESULT_SOLVER_FAILED,
+)
+from ._simulate import (
+    Trajectory as Trajectory,
+)
+from ._simulate import (
+    rollout as rollout,
+)
+from ._state import State as State
+from ._state import make_state as make_state
+
+
+def step(model: Model, state: State, dt, integrator: AbstractIntegrator | None = None) -> State:
+    """One pure step ``(model, state, dt) -> state`` with ``integrator`` (default RK4)."""
+    integrator = RK4() if integrator is None else integrator
+    return integrator.step(model, state, dt)
+
+
+__version__ = "0.1.0"

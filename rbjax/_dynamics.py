@@ -1,0 +1,378 @@
+"""Equations of motion: one body or nb bodies, four interchangeable formulations.
+
+Every formulation maps (model, t, q, u) to (q̇, u̇, λ) in the one state convention
+(rbjax/_state.py), so integrators and rollouts never know which one they run:
+
+=====================  ==========================================  ===============================
+formulation            equations                                   λ returned
+=====================  ==========================================  ===============================
+ScalableDAE, scalable  seed 000 eq. (93) with λ = 0, no constraint 0 (7-DOF scalable body)
+ScalableDAE, rigid     eq. (93) + perfect constraint |A|² = 1      scaling force, = eq. (96)
+                       (eqs. (77)-(82)); W, γ by autodiff
+NewtonEuler            eq. (95): Θω̇ + ω̃Θω = M_C, Ȧ = ½A(0,ω)      eq. (96) evaluated
+UdwadiaSchutte(J0)     seed 001 eqs. (39), (43)-(45): M_u = 4EᵀJE,  quaternion multiplier μ with
+                       fundamental equation, Moore–Penrose inverse  Q_c = 2pμ (depends on J0)
+=====================  ==========================================  ===============================
+
+Internally everything is component-first (rbjax/_cf.py): q, u have shape (7, ..., nb).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from . import _cf as cf
+from ._forces import Resultants, total_resultants
+
+# ---------------------------------------------------------------- layout at the boundary
+
+
+def to_cf(state):
+    """Natural State -> (t (..., 1), q (7, ..., nb), u (7, ..., nb))."""
+    return state.t[..., None], jnp.moveaxis(state.q, -1, 0), jnp.moveaxis(state.u, -1, 0)
+
+
+def from_cf(t, q, u):
+    from ._state import State
+
+    return State(t=t[..., 0], q=jnp.moveaxis(q, 0, -1), u=jnp.moveaxis(u, 0, -1))
+
+
+def inertia_cf(model):
+    return jnp.moveaxis(model.inertia, (-2, -1), (0, 1))
+
+
+def half_trace(model):
+    th = model.inertia
+    return 0.5 * (th[..., 0, 0] + th[..., 1, 1] + th[..., 2, 2])
+
+
+def minv(model, x):
+    """M⁻¹ x for the constant block-diagonal mass matrix M = diag(mI, ½trΘ, Θ) (seed 000, eq. (64))."""
+    thinv = cf.sym_inv(inertia_cf(model))
+    return jnp.concatenate(
+        [x[0:3] / model.mass, (x[3] / half_trace(model))[None], cf.matvec(thinv, x[4:7])], axis=0
+    )
+
+
+def mvec(model, x):
+    """M x (seed 000, eq. (64))."""
+    th = inertia_cf(model)
+    return jnp.concatenate(
+        [x[0:3] * model.mass, (x[3] * half_trace(model))[None], cf.matvec(th, x[4:7])], axis=0
+    )
+
+
+# ------------------------------------------------------------------------ formulations
+
+
+class AbstractFormulation(eqx.Module):
+    """How the equations of motion are written. Concrete formulations are final."""
+
+    is_dae: ClassVar[bool] = False
+
+    def check_model(self, model) -> None:  # noqa: B027 - optional hook
+        """Raise ValueError at build time if this formulation cannot run ``model``."""
+
+    @abc.abstractmethod
+    def kinematics(self, q, u):
+        """q̇ as a function of (q, u), component-first."""
+
+    @abc.abstractmethod
+    def derivatives(self, model, t, q, u):
+        """(q̇, u̇, λ) component-first; λ has shape (..., nb)."""
+
+
+def _rigid_only(name, model):
+    bad = [n for n, s in zip(model.names, model.scalable, strict=True) if s]
+    if bad:
+        raise ValueError(
+            f"{name} describes rigid bodies only, but bodies {bad} are declared scalable=True. "
+            "Fix: use formulation=ScalableDAE() for scalable bodies."
+        )
+
+
+class ScalableDAE(AbstractFormulation):
+    """Möller–Glocker's scalable body in generalized velocities (seed 000, eq. (93)).
+
+    Each body has 7 velocities u = (v, ν, ω) and the constant regular mass matrix
+    M = diag(mI, ½trΘ, Θ) (eq. (64)):
+
+        m v̇ = F,
+        ½ trΘ ν̇ − ωᵀΘω / |A|² = S_C + λ,
+        Θ ω̇ + (νI + ω̃) Θω / |A|² = M_C,
+        ṙ = v,   Ȧ = A (ν, ω) / (2|A|²).
+
+    A scalable body (``Body(scalable=True)``) has λ = 0 and no constraint: the free 7-DOF body,
+    which grows when it spins. A rigid body adds the perfect bilateral constraint
+    c = |A|² − 1 = 0 (eq. (77)) with generalized force Wᵀλ (eq. (81)). W = c_q Q⁻¹ and the
+    acceleration right-hand side γ = −∂(W u)/∂q · q̇ come from autodiff of c alone (jvp for W,
+    nested jvp for γ); λ solves the Schur complement (W M⁻¹ Wᵀ) λ = γ − W M⁻¹ (f − h). Here each
+    constraint involves one body, so W M⁻¹ Wᵀ is diagonal; along any trajectory λ equals
+    −ωᵀΘω − S_C (eq. (96)), the physical force that keeps the body from growing.
+    """
+
+    is_dae: ClassVar[bool] = True
+
+    def kinematics(self, q, u):
+        return jnp.concatenate([u[0:3], cf.kin_qdot(q[3:7], u[3], u[4:7])], axis=0)
+
+    def constraint(self, model, q):
+        """c(q) = |A|² − 1 for rigid bodies, 0 for scalable bodies; shape (..., nb)."""
+        return jnp.where(model.rigid, cf.qnorm2(q[3:7]) - 1.0, 0.0)
+
+    def free_acceleration(self, model, res: Resultants, q, u):
+        """u̇ of eq. (93) with λ = 0: the unconstrained scalable body."""
+        th = inertia_cf(model)
+        a = q[3:7]
+        nu, w = u[3], u[4:7]
+        s = cf.qnorm2(a)
+        thw = cf.matvec(th, w)
+        vdot = res.F / model.mass
+        nudot = (res.S + cf.dot3(w, thw) / s) / half_trace(model)
+        wdot = cf.matvec(cf.sym_inv(th), res.M - (nu * thw + cf.cross(w, thw)) / s)
+        return jnp.concatenate([vdot, nudot[None], wdot], axis=0)
+
+    def constraint_velocity(self, model, q, x):
+        """ċ = W(q) x for a velocity x in u-space: jvp of c along q̇ = Q⁻¹ x."""
+        return jax.jvp(lambda qq: self.constraint(model, qq), (q,), (self.kinematics(q, x),))[1]
+
+    def constraint_force(self, model, q, lam):
+        """Wᵀ λ in u-space (7, ..., nb): the transpose of x ↦ W x, by autodiff."""
+        template = jnp.zeros_like(q)
+        (wt,) = jax.linear_transpose(lambda x: self.constraint_velocity(model, q, x), template)(lam)
+        return wt
+
+    def gamma(self, model, q, u):
+        """γ = −(d/dt W) u = −∂(W(q) u)/∂q · q̇ (nested jvp), so that W u̇ = γ."""
+        qdot = self.kinematics(q, u)
+        return -jax.jvp(lambda qq: self.constraint_velocity(model, qq, u), (q,), (qdot,))[1]
+
+    def derivatives(self, model, t, q, u):
+        res = total_resultants(model, t, q, u)
+        a = self.free_acceleration(model, res, q, u)
+        qdot = self.kinematics(q, u)
+        if not any(not s for s in model.scalable):
+            return qdot, a, jnp.zeros_like(q[0])
+        rigid = model.rigid
+        mwt = minv(model, self.constraint_force(model, q, jnp.ones_like(q[0])))
+        wmw = self.constraint_velocity(model, q, mwt)
+        rhs = self.gamma(model, q, u) - self.constraint_velocity(model, q, a)
+        lam = jnp.where(rigid, rhs / jnp.where(rigid, wmw, 1.0), 0.0)
+        return qdot, a + mwt * lam, lam
+
+
+class NewtonEuler(AbstractFormulation):
+    """Newton–Euler equations of a rigid body (seed 000, eq. (95)):
+
+        m v̇ = F,   Θ ω̇ + ω̃ Θ ω = M_C,   ṙ = v,   Ȧ = ½ A (0, ω),
+
+    with ν ≡ 0 (eq. (94)) and the scaling constraint force reported from eq. (96),
+    λ = −ωᵀΘω − S_C. |A|² is a first integral of Ȧ = ½A(0, ω); explicit integrators drift
+    from it at their truncation order.
+    """
+
+    def check_model(self, model):
+        _rigid_only("NewtonEuler", model)
+
+    def kinematics(self, q, u):
+        w = u[4:7]
+        return jnp.concatenate(
+            [u[0:3], 0.5 * cf.qmul(q[3:7], cf.stack(jnp.zeros_like(w[0]), *w))], axis=0
+        )
+
+    def derivatives(self, model, t, q, u):
+        res = total_resultants(model, t, q, u)
+        th = inertia_cf(model)
+        w = u[4:7]
+        thw = cf.matvec(th, w)
+        wdot = cf.matvec(cf.sym_inv(th), res.M - cf.cross(w, thw))
+        udot = jnp.concatenate([res.F / model.mass, jnp.zeros_like(u[3])[None], wdot], axis=0)
+        lam = -cf.dot3(w, thw) - res.S
+        return self.kinematics(q, u), udot, lam
+
+
+def _us_E(p):
+    """Udwadia–Schutte's 4x4 E = [pᵀ; E₁] with E₁ = G(p) of ME751 (seed 001, eq. (2)); p (..., 4)."""
+    p0, p1, p2, p3 = p[..., 0], p[..., 1], p[..., 2], p[..., 3]
+    rows = [
+        [p0, p1, p2, p3],
+        [-p1, p0, p3, -p2],
+        [-p2, -p3, p0, p1],
+        [-p3, p2, -p1, p0],
+    ]
+    return jnp.stack([jnp.stack(r, axis=-1) for r in rows], axis=-2)
+
+
+class UdwadiaSchutte(AbstractFormulation):
+    """Udwadia–Schutte quaternion equations via the fundamental equation (seed 001).
+
+    The rotational coordinates p = A are treated as unconstrained with the positive definite
+    M_u = 4EᵀJE, J = diag(J0, Θ) for an ARBITRARY J0 > 0 (seed 001, eqs. (4), (10); Θ may be
+    a full inertia, which generalises diag(J1, J2, J3)). The impressed force is
+    Q = −8ĖᵀJEṗ − 4J0 N(ṗ) p + 2EᵀΓ_B (eqs. (39), (43)-(44)) and the unit-norm constraint
+    pᵀp̈ = −N(ṗ) (eq. (11)) is enforced by the fundamental equation of constrained motion with
+    the Moore–Penrose inverse (eqs. (12), (45)):
+
+        p̈ = a + L⁻ᵀ (A_u L⁻ᵀ)⁺ (b_u − A_u a),   a = M_u⁻¹ Q,   M_u = L Lᵀ.
+
+    Seed 001 writes M_u^{1/2}; any factor M_u = L Lᵀ gives the same p̈ (it is the minimiser of
+    Gauss's function (p̈ − a)ᵀ M_u (p̈ − a) subject to the constraint, Udwadia & Kalaba 1996),
+    and the Cholesky factor stays differentiable where a symmetric square root is not
+    (repeated eigenvalues). The result does not depend on J0 (eq. (42)); this is a test.
+    ω̇ = 2 G(p) p̈ converts back to the state convention; translation is m v̇ = F.
+    """
+
+    J0: float = 1.0
+
+    def __check_init__(self):
+        if isinstance(self.J0, (int, float)) and not self.J0 > 0:
+            raise ValueError(
+                f"UdwadiaSchutte.J0 = {self.J0} is not > 0. Fix: J0 is an arbitrary positive inertia, e.g. 1.0."
+            )
+
+    def check_model(self, model):
+        _rigid_only("UdwadiaSchutte", model)
+
+    def kinematics(self, q, u):
+        return NewtonEuler().kinematics(q, u)
+
+    def derivatives(self, model, t, q, u):
+        res = total_resultants(model, t, q, u)
+        qdot = self.kinematics(q, u)
+        p = jnp.moveaxis(q[3:7], 0, -1)
+        pd = jnp.moveaxis(qdot[3:7], 0, -1)
+        mc = jnp.moveaxis(res.M, 0, -1)
+        dtype = p.dtype
+        th = jnp.broadcast_to(model.inertia, p.shape[:-1] + (3, 3))
+        J = jnp.zeros(p.shape[:-1] + (4, 4), dtype)
+        J = J.at[..., 0, 0].set(jnp.asarray(self.J0, dtype)).at[..., 1:, 1:].set(th)
+        E = _us_E(p)
+        Ed = _us_E(pd)
+        Mu = 4.0 * jnp.swapaxes(E, -1, -2) @ J @ E
+        gamma_b = jnp.concatenate([jnp.zeros_like(mc[..., :1]), mc], axis=-1)
+        npd = jnp.sum(pd * pd, axis=-1)
+        Q = (
+            -8.0 * (jnp.swapaxes(Ed, -1, -2) @ (J @ (E @ pd[..., None])))[..., 0]
+            - 4.0 * self.J0 * npd[..., None] * p
+            + 2.0 * (jnp.swapaxes(E, -1, -2) @ gamma_b[..., None])[..., 0]
+        )
+        L = jnp.linalg.cholesky(Mu)
+        a = jax.scipy.linalg.cho_solve((L, True), Q[..., None])[..., 0]
+        # B = A_u L^{-T} (1 x 4); its transpose is L^{-1} A_uᵀ.
+        bt = jax.scipy.linalg.solve_triangular(L, p[..., None], lower=True)
+        B = jnp.swapaxes(bt, -1, -2)
+        b_minus = (-npd - jnp.sum(p * a, axis=-1))[..., None, None]
+        z = jnp.linalg.pinv(B) @ b_minus
+        corr = jax.scipy.linalg.solve_triangular(jnp.swapaxes(L, -1, -2), z, lower=False)[..., 0]
+        pdd = a + corr
+        # μ with Q_c = M_u (p̈ − a) = 2 p μ (cf. seed 000 eq. (81)).
+        qc = (Mu @ corr[..., None])[..., 0]
+        mu = jnp.sum(p * qc, axis=-1) / (2.0 * jnp.sum(p * p, axis=-1))
+        pdd_cf = jnp.moveaxis(pdd, -1, 0)
+        wdot = 2.0 * cf.qmul(cf.qconj(q[3:7]), pdd_cf)[1:4] / cf.qnorm2(q[3:7])
+        udot = jnp.concatenate([res.F / model.mass, jnp.zeros_like(u[3])[None], wdot], axis=0)
+        return qdot, udot, mu
+
+
+# ------------------------------------------------------------- public natural-layout API
+
+
+def accelerations(model, state):
+    """(u̇, λ) of ``model.formulation`` at ``state``; u̇ has the shape of ``state.u``."""
+    t, q, u = to_cf(state)
+    _, udot, lam = model.formulation.derivatives(model, t, q, u)
+    return jnp.moveaxis(udot, 0, -1), lam
+
+
+def mass_matrix(model):
+    """M = diag(mI, ½trΘ, Θ) per body, shape (..., nb, 7, 7) (seed 000, eq. (64))."""
+    m = model.mass
+    dtype = model.inertia.dtype
+    out = jnp.zeros(m.shape + (7, 7), dtype)
+    out = out.at[..., 0:3, 0:3].set(m[..., None, None] * jnp.eye(3, dtype=dtype))
+    out = out.at[..., 3, 3].set(half_trace(model))
+    return out.at[..., 4:7, 4:7].set(model.inertia)
+
+
+def kinetic_energy(model, state):
+    """T = ½ uᵀ M u summed over bodies (seed 000, eqs. (60), (64)); valid for scalable bodies."""
+    _, _, u = to_cf(state)
+    return 0.5 * jnp.sum(jnp.sum(u * mvec(model, u), axis=0), axis=-1)
+
+
+def potential_energy(model, state):
+    """V = −Σ m gᵀ r (uniform gravity)."""
+    g = jnp.asarray(model.gravity)[..., None, :]
+    return -jnp.sum(model.mass * jnp.sum(g * state.q[..., 0:3], axis=-1), axis=-1)
+
+
+def total_energy(model, state):
+    """T + V [J]; conserved for torque-free and gravity-only motion."""
+    return kinetic_energy(model, state) + potential_energy(model, state)
+
+
+def linear_momentum(model, state):
+    """Σ m v, world frame [kg m/s]."""
+    return jnp.sum(model.mass[..., None] * state.u[..., 0:3], axis=-2)
+
+
+def angular_momentum(model, state):
+    """Angular momentum about the world origin, world frame: Σ m r × v + s R Θ ω.
+
+    For a scalable body, ∫ ξ × ξ̇ dm = m r × v + s R Θ ω (ν contributes nothing since
+    ϱ × ϱ = 0); s R x is the quaternion transform A (0, x) A* (seed 000, eq. (27)).
+    """
+    _, q, u = to_cf(state)
+    th = inertia_cf(model)
+    spin = cf.transform(q[3:7], cf.matvec(th, u[4:7]))
+    orbital = model.mass * cf.cross(q[0:3], u[0:3])
+    return jnp.moveaxis(jnp.sum(spin + orbital, axis=-1), 0, -1)
+
+
+def scaling_force_closed_form(model, state):
+    """λ = −ωᵀΘω − S_C (seed 000, eq. (96)), the scaling constraint force of a rigid body."""
+    t, q, u = to_cf(state)
+    res = total_resultants(model, t, q, u)
+    th = inertia_cf(model)
+    w = u[4:7]
+    return -cf.dot3(w, cf.matvec(th, w)) - res.S
+
+
+def _phi(a):
+    """φ(A), the 4x4 left-multiplication matrix (seed 000, eq. (10)); a (..., 4)."""
+    cols = [
+        jnp.moveaxis(
+            cf.qmul(
+                jnp.moveaxis(a, -1, 0),
+                jnp.eye(4, dtype=a.dtype)[k].reshape((4,) + (1,) * (a.ndim - 1)),
+            ),
+            0,
+            -1,
+        )
+        for k in range(4)
+    ]
+    return jnp.stack(cols, axis=-1)
+
+
+def velocity_transform(q):
+    """Q(q) of seed 000 eq. (38), u = Q q̇: blockdiag(I, 2φ(A*)); q (..., 7) -> (..., 7, 7)."""
+    a = q[..., 3:7]
+    conj = a * jnp.asarray([1.0, -1.0, -1.0, -1.0], a.dtype)
+    out = jnp.zeros(q.shape + (7,), q.dtype)
+    out = out.at[..., 0:3, 0:3].set(jnp.eye(3, dtype=q.dtype))
+    return out.at[..., 3:7, 3:7].set(2.0 * _phi(conj))
+
+
+def velocity_transform_inverse(q):
+    """Q⁻¹(q) of seed 000 eq. (85): blockdiag(I, φ(A) / (2|A|²))."""
+    a = q[..., 3:7]
+    s = jnp.sum(a * a, axis=-1)
+    out = jnp.zeros(q.shape + (7,), q.dtype)
+    out = out.at[..., 0:3, 0:3].set(jnp.eye(3, dtype=q.dtype))
+    return out.at[..., 3:7, 3:7].set(_phi(a) / (2.0 * s[..., None, None]))

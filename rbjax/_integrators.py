@@ -1,0 +1,257 @@
+"""Time integrators: pure ``step(model, state, dt) -> state`` functions.
+
+=====================  =====  =======================================================================
+integrator             order  what it conserves
+=====================  =====  =======================================================================
+SemiImplicitEuler      1      nothing exactly; explicit and cheapest. |A|² and energy drift O(h).
+RK4 (ExplicitRK)       4      nothing exactly; energy and |A|² drift O(h⁴) per unit time.
+ImplicitMidpoint       2      for the rigid-body DAE: |A|² = 1 to Newton tolerance at every step
+                              (the constraint is solved at the end point, never renormalised);
+                              for torque-free motion also the kinetic energy and |Θω| exactly
+                              (quadratic invariants); symmetric (time-reversible).
+=====================  =====  =======================================================================
+
+An explicit Runge–Kutta method is data: a Butcher tableau run by one algorithm (ExplicitRK).
+All integrators work on the component-first state internally (rbjax/_cf.py) and accept any
+leading batch axes; they are differentiable (the implicit step through the implicit function
+theorem, ``jax.lax.custom_root``, not by unrolling Newton iterations).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._dynamics import from_cf, minv, to_cf
+from ._errors import is_concrete
+from ._forces import total_resultants
+
+
+class AbstractIntegrator(eqx.Module):
+    """Interface: ``step_cf(model, t, q, u, h) -> (t, q, u, ok)`` on component-first arrays."""
+
+    order: ClassVar[int]
+
+    @abc.abstractmethod
+    def step_cf(self, model, t, q, u, h):
+        """One step; ``ok`` (bool, batch shape) is False where an inner solver failed."""
+
+    def step(self, model, state, dt):
+        """Advance ``state`` by ``dt``; same pytree structure, shapes and dtypes out as in."""
+        check_dt(dt)
+        t, q, u = to_cf(state)
+        t1, q1, u1, _ = self.step_cf(model, t, q, u, jnp.asarray(dt, q.dtype))
+        return from_cf(t1, q1, u1)
+
+
+def check_dt(dt):
+    if is_concrete(dt):
+        arr = np.asarray(dt)
+        if arr.shape != () or not np.isfinite(arr) or arr <= 0:
+            raise ValueError(
+                f"dt = {dt!r} is not a positive finite scalar. Fix: pass a time step > 0 in seconds."
+            )
+
+
+def _ok(t):
+    return jnp.ones(t.shape[:-1], dtype=bool)
+
+
+class SemiImplicitEuler(AbstractIntegrator):
+    """Semi-implicit (symplectic) Euler: u⁺ = u + h u̇(t, q, u), q⁺ = q + h q̇(q, u⁺). Order 1.
+
+    Symplectic for separable canonical systems; in these non-canonical rotation coordinates it is
+    a cheap first-order scheme whose energy error stays bounded for short horizons but is not
+    guaranteed; |A|² drifts at O(h). Use ImplicitMidpoint for long-horizon structure.
+    """
+
+    order: ClassVar[int] = 1
+
+    def step_cf(self, model, t, q, u, h):
+        f = model.formulation
+        _, udot, _ = f.derivatives(model, t, q, u)
+        u1 = u + h * udot
+        q1 = q + h * f.kinematics(q, u1)
+        return t + h, q1, u1, _ok(t)
+
+
+class ButcherTableau(eqx.Module):
+    """Explicit Runge–Kutta coefficients (a strictly lower triangular, b weights, c nodes)."""
+
+    a: tuple[tuple[float, ...], ...] = eqx.field(static=True)
+    b: tuple[float, ...] = eqx.field(static=True)
+    c: tuple[float, ...] = eqx.field(static=True)
+    order: int = eqx.field(static=True)
+
+
+RK4_TABLEAU = ButcherTableau(
+    a=((), (0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)),
+    b=(1 / 6, 1 / 3, 1 / 3, 1 / 6),
+    c=(0.0, 0.5, 0.5, 1.0),
+    order=4,
+)
+
+
+class ExplicitRK(AbstractIntegrator):
+    """Any explicit Runge–Kutta method, given its Butcher tableau (Hairer–Nørsett–Wanner I, §II.1)."""
+
+    tableau: ButcherTableau = RK4_TABLEAU
+
+    @property
+    def order(self) -> int:  # type: ignore[override]
+        return self.tableau.order
+
+    def step_cf(self, model, t, q, u, h):
+        f = model.formulation
+        tab = self.tableau
+        ks = []
+        for i, ci in enumerate(tab.c):
+            qi, ui = q, u
+            for aij, (kq, ku) in zip(tab.a[i], ks, strict=True):
+                if aij != 0.0:
+                    qi = qi + (h * aij) * kq
+                    ui = ui + (h * aij) * ku
+            kq, ku, _ = f.derivatives(model, t + ci * h, qi, ui)
+            ks.append((kq, ku))
+        q1, u1 = q, u
+        for bi, (kq, ku) in zip(tab.b, ks, strict=True):
+            q1 = q1 + (h * bi) * kq
+            u1 = u1 + (h * bi) * ku
+        return t + h, q1, u1, _ok(t)
+
+
+def RK4() -> ExplicitRK:
+    """Classical fourth-order Runge–Kutta: ExplicitRK with the classical tableau. Order 4."""
+    return ExplicitRK(RK4_TABLEAU)
+
+
+# ------------------------------------------------------------------ implicit midpoint
+
+
+def _flatten(z):
+    """(k, *batch, nb) -> (k*nb, *batch): one column per (component, body) of a system."""
+    z = jnp.moveaxis(z, -1, 1)
+    return z.reshape((z.shape[0] * z.shape[1],) + z.shape[2:])
+
+
+def _unflatten(zf, k, nb):
+    z = zf.reshape((k, nb) + zf.shape[1:])
+    return jnp.moveaxis(z, 1, -1)
+
+
+def _jacobian(g, zf):
+    """Jacobian of a batch-separable map g: (n, *batch) -> (n, *batch), as (*batch, n, n).
+
+    Systems in a batch never interact, so one jvp per system coordinate (n of them, seeded with
+    the same unit vector in every system) gives every system's full Jacobian at once.
+    """
+    n = zf.shape[0]
+    eye = jnp.eye(n, dtype=zf.dtype).reshape((n, n) + (1,) * (zf.ndim - 1))
+    cols = jax.vmap(lambda e: jax.jvp(g, (zf,), (jnp.broadcast_to(e, zf.shape),))[1])(eye)
+    # cols[k, i, ...] = dg_i / dz_k  ->  (..., i, k)
+    return jnp.moveaxis(jnp.moveaxis(cols, 0, -1), 0, -2)
+
+
+def _batched_solve(jac, rhs):
+    """Solve jac x = rhs per system; jac (*batch, n, n), rhs (n, *batch)."""
+    x = jnp.linalg.solve(jac, jnp.moveaxis(rhs, 0, -1)[..., None])[..., 0]
+    return jnp.moveaxis(x, -1, 0)
+
+
+class ImplicitMidpoint(AbstractIntegrator):
+    """Implicit midpoint rule; for DAE formulations the constraints are solved at the end point.
+
+    With q_m = (q_n + q_{n+1})/2, u_m = (u_n + u_{n+1})/2, t_m = t_n + h/2, one step solves
+
+        q_{n+1} − q_n − h Q⁻¹(q_m) u_m                         = 0,
+        u_{n+1} − u_n − h a(t_m, q_m, u_m) − M⁻¹ W(q_m)ᵀ Λ     = 0,
+        c(q_{n+1})                                             = 0,
+
+    for (q_{n+1}, u_{n+1}, Λ), where a is the unconstrained scalable-body acceleration of
+    seed 000 eq. (93), W = c_q Q⁻¹ (autodiff) and Λ ≈ h λ is the constraint impulse. For the
+    normalisation constraint, c_q(q_m)(q_{n+1} − q_n) = |A_{n+1}|² − |A_n|² exactly (the
+    midpoint is the discrete gradient of a quadratic), so the constraint force does no discrete
+    work: for a torque-free rigid body the kinetic energy is conserved to solver tolerance and
+    |A|² = 1 holds at every step without renormalisation. For ODE formulations (NewtonEuler,
+    UdwadiaSchutte) it is the plain implicit midpoint rule, which preserves the quadratic
+    invariant |A|² of Ȧ = ½A(0, ω). Order 2, symmetric.
+
+    Newton's method with the exact Jacobian (one jvp per unknown), ``tol`` on the max-norm of
+    the Newton update relative to the state (default 1000 machine epsilons: 2.2e-13 in float64,
+    1.2e-4 in float32; quadratic convergence leaves the residual far below that), at most ``max_iters`` iterations; a step that does
+    not converge reports ok = False (the rollout raises with the step index). Derivatives use the
+    implicit function theorem (``jax.lax.custom_root``).
+    """
+
+    tol: float | None = eqx.field(static=True, default=None)
+    max_iters: int = eqx.field(static=True, default=20)
+    order: ClassVar[int] = 2
+
+    def _residual(self, model, t, q, u, h):
+        f = model.formulation
+        nb = model.nb
+        tm = t + 0.5 * h
+
+        if f.is_dae:
+
+            def residual(zf):
+                z = _unflatten(zf, 15, nb)
+                q1, u1, lam = z[0:7], z[7:14], z[14]
+                qm, um = 0.5 * (q + q1), 0.5 * (u + u1)
+                res = total_resultants(model, tm, qm, um)
+                a = f.free_acceleration(model, res, qm, um)
+                rq = q1 - q - h * f.kinematics(qm, um)
+                ru = u1 - u - h * a - minv(model, f.constraint_force(model, qm, lam))
+                rc = jnp.where(model.rigid, f.constraint(model, q1), lam)
+                return _flatten(jnp.concatenate([rq, ru, rc[None]], axis=0))
+
+            guess = jnp.concatenate([q, u, jnp.zeros_like(q[:1])], axis=0)
+            return residual, _flatten(guess), 15
+
+        def residual(zf):
+            z = _unflatten(zf, 14, nb)
+            q1, u1 = z[0:7], z[7:14]
+            qm, um = 0.5 * (q + q1), 0.5 * (u + u1)
+            qdot, udot, _ = f.derivatives(model, tm, qm, um)
+            return _flatten(jnp.concatenate([q1 - q - h * qdot, u1 - u - h * udot], axis=0))
+
+        return residual, _flatten(jnp.concatenate([q, u], axis=0)), 14
+
+    def step_cf(self, model, t, q, u, h):
+        residual, guess, k = self._residual(model, t, q, u, h)
+        tol = 1e3 * float(jnp.finfo(q.dtype).eps) if self.tol is None else self.tol
+        max_iters = self.max_iters
+
+        def newton(fn, z0):
+            # Converged when the update is below tol, or when it has stalled (stopped halving)
+            # at a level below 1000 tol: the roundoff floor of an ill-conditioned step, where
+            # quadratic convergence has already ended.
+            def cond(carry):
+                _, it, done, _ = carry
+                return (it < max_iters) & ~jnp.all(done)
+
+            def body(carry):
+                z, it, _, prev = carry
+                dz = _batched_solve(_jacobian(fn, z), -fn(z))
+                z = z + dz
+                scale = 1.0 + jnp.max(jnp.abs(z), axis=0)
+                size = jnp.max(jnp.abs(dz), axis=0) / scale
+                done = (size <= tol) | ((size >= 0.5 * prev) & (size <= 1e3 * tol))
+                return z, it + 1, done, size
+
+            done0 = jnp.zeros(z0.shape[1:], dtype=bool)
+            inf0 = jnp.full(z0.shape[1:], jnp.inf, z0.dtype)
+            z, _, done, _ = jax.lax.while_loop(cond, body, (z0, jnp.asarray(0), done0, inf0))
+            return z, done
+
+        def tangent_solve(g, y):
+            return _batched_solve(_jacobian(g, y), y)
+
+        z, done = jax.lax.custom_root(residual, guess, newton, tangent_solve, has_aux=True)
+        z = _unflatten(z, k, model.nb)
+        return t + h, z[0:7], z[7:14], done

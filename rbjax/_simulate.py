@@ -1,0 +1,181 @@
+"""Rollouts: ``lax.scan`` over time, one jit boundary, batch axes anywhere in front.
+
+``rollout(model, state0, dt, n_steps)`` accepts a single system or any leading batch axes on
+the state and/or the model's parameters (broadcast together). Batches are integrated in the
+component-first layout (rbjax/_cf.py) with the batch as the minor axis, which is what makes a
+batched rollout fast on CPU; the same function also works under ``jax.vmap``, ``jax.grad`` and
+``jax.jvp`` (it is an equinox filter-jitted pure function).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int
+
+from ._dynamics import to_cf
+from ._errors import is_concrete
+from ._integrators import RK4, AbstractIntegrator, check_dt
+from ._state import State
+
+RESULT_OK = 0
+RESULT_NONFINITE = 1
+RESULT_SOLVER_FAILED = 2
+_MAX_MESSAGES = 100_000
+
+
+class Trajectory(eqx.Module):
+    """Saved states of a rollout, including the initial state.
+
+    ``t`` (*batch, T), ``q`` and ``u`` (*batch, T, nb, 7) with T = n_steps // save_every + 1;
+    ``lam`` (*batch, T, nb) the formulation's multiplier at each saved state (or None);
+    ``result`` (*batch,) 0 = ok, 1 = state became non-finite, 2 = implicit solver failed;
+    ``failed_step`` (*batch,) the first failing step index, −1 if none.
+    """
+
+    t: Float[Array, "*batch T"]
+    q: Float[Array, "*batch T nb 7"]
+    u: Float[Array, "*batch T nb 7"]
+    lam: Float[Array, "*batch T nb"] | None
+    result: Int[Array, "*batch"]
+    failed_step: Int[Array, "*batch"]
+
+    @property
+    def states(self) -> State:
+        return State(t=self.t, q=self.q, u=self.u)
+
+    def __getitem__(self, i) -> State:
+        """The i-th saved state (of every batch member)."""
+        return State(t=self.t[..., i], q=self.q[..., i, :, :], u=self.u[..., i, :, :])
+
+
+def _messages(n_steps: int):
+    bucket = max(1, -(-n_steps // _MAX_MESSAGES))
+    out = []
+    for kind in (
+        "the state became non-finite (NaN or inf)",
+        "the implicit solver did not converge",
+    ):
+        for b in range(-(-n_steps // bucket)):
+            where = (
+                f"at step {b}"
+                if bucket == 1
+                else f"between steps {b * bucket} and {min(n_steps, (b + 1) * bucket) - 1}"
+            )
+            out.append(
+                f"rbjax.rollout: {kind} {where} (step 0 advances the initial state). "
+                "Reduce dt, check forces and initial conditions, or pass throw=False and inspect "
+                "Trajectory.result / Trajectory.failed_step."
+            )
+    return tuple(out), bucket
+
+
+def rollout(
+    model,
+    state0: State,
+    dt,
+    n_steps: int,
+    *,
+    integrator: AbstractIntegrator | None = None,
+    save_every: int = 1,
+    multipliers: bool = False,
+    throw: bool = True,
+) -> Trajectory:
+    """Integrate ``n_steps`` steps of size ``dt`` and save every ``save_every``-th state.
+
+    Validates its inputs (ValueError naming the argument), then runs one filter-jitted
+    ``lax.scan``. Inside, a state that turns non-finite or an implicit step that fails to
+    converge raises (``eqx.error_if`` family) naming the first failing step; with
+    ``throw=False`` the failure is reported in ``Trajectory.result`` and ``failed_step``.
+    """
+    integrator = RK4() if integrator is None else integrator
+    if not isinstance(integrator, AbstractIntegrator):
+        raise ValueError(
+            f"integrator = {integrator!r} is not an rbjax integrator. Fix: use RK4(), SemiImplicitEuler() or ImplicitMidpoint()."
+        )
+    if not isinstance(state0, State):
+        raise ValueError(
+            f"state0 = {type(state0).__name__} is not an rbjax.State. Fix: build it with rbjax.make_state(...)."
+        )
+    check_dt(dt)
+    if not isinstance(n_steps, (int, np.integer)) or n_steps < 1:
+        raise ValueError(
+            f"n_steps = {n_steps!r} is not a positive integer. Fix: pass the number of steps as an int >= 1."
+        )
+    if not isinstance(save_every, (int, np.integer)) or save_every < 1 or n_steps % save_every:
+        raise ValueError(
+            f"save_every = {save_every!r} does not divide n_steps = {n_steps}. Fix: choose save_every >= 1 with n_steps % save_every == 0."
+        )
+    model.check_state(state0)
+    if is_concrete(model.inertia):
+        from ._body import validate_inertia
+
+        validate_inertia("model.inertia", model.inertia)
+    return _rollout(
+        model, state0, dt, integrator, int(n_steps), int(save_every), bool(multipliers), bool(throw)
+    )
+
+
+@eqx.filter_jit
+def _rollout(model, state0, dt, integrator, n_steps, save_every, multipliers, throw):
+    t, q, u = to_cf(state0)
+    # Broadcast the state over the batch axes of the model parameters (leading axes).
+    batch = jnp.broadcast_shapes(q.shape[1:-1], model.mass.shape[:-1], model.gravity.shape[:-1])
+    nb = model.nb
+    q = jnp.broadcast_to(q, (7,) + batch + (nb,))
+    u = jnp.broadcast_to(u, (7,) + batch + (nb,))
+    t = jnp.broadcast_to(t, batch + (1,))
+    h = jnp.asarray(dt, q.dtype)
+    f = model.formulation
+
+    def one_step(carry, k):
+        t, q, u, fail_code, fail_step = carry
+        t1, q1, u1, ok = integrator.step_cf(model, t, q, u, h)
+        finite = jnp.all(jnp.isfinite(q1), axis=(0, -1)) & jnp.all(jnp.isfinite(u1), axis=(0, -1))
+        new_fail = (fail_code == RESULT_OK) & ~(finite & ok)
+        code = jnp.where(finite, RESULT_SOLVER_FAILED, RESULT_NONFINITE)
+        fail_code = jnp.where(new_fail, code, fail_code)
+        fail_step = jnp.where(new_fail, k, fail_step)
+        return (t1, q1, u1, fail_code, fail_step), None
+
+    def save(t, q, u):
+        out = (t[..., 0], jnp.moveaxis(q, 0, -1), jnp.moveaxis(u, 0, -1))
+        if multipliers:
+            out = out + (f.derivatives(model, t, q, u)[2],)
+        return out
+
+    def chunk(carry, i):
+        ks = (i * save_every + jnp.arange(save_every)).astype(jnp.int32)
+        carry, _ = jax.lax.scan(one_step, carry, ks)
+        return carry, save(*carry[:3])
+
+    code0 = jnp.zeros(batch, jnp.int32)
+    step0 = jnp.full(batch, -1, jnp.int32)
+    carry0 = (t, q, u, code0, step0)
+    n_save = n_steps // save_every
+    carry, saved = jax.lax.scan(chunk, carry0, jnp.arange(n_save))
+    first = save(t, q, u)
+    saved = tuple(jnp.concatenate([a[None], b], axis=0) for a, b in zip(first, saved, strict=True))
+    # time axis after the batch axes: (T, *batch, ...) -> (*batch, T, ...)
+    nbatch = len(batch)
+    saved = tuple(jnp.moveaxis(x, 0, nbatch) for x in saved)
+    fail_code, fail_step = carry[3], carry[4]
+    traj = Trajectory(
+        t=saved[0],
+        q=saved[1],
+        u=saved[2],
+        lam=saved[3] if multipliers else None,
+        result=fail_code,
+        failed_step=fail_step,
+    )
+    if throw:
+        msgs, bucket = _messages(n_steps)
+        n_b = len(msgs) // 2
+        index = (
+            jnp.where(fail_code == RESULT_SOLVER_FAILED, n_b, 0)
+            + jnp.maximum(fail_step, 0) // bucket
+        )
+        traj = eqx.branched_error_if(traj, fail_code != RESULT_OK, index, msgs)
+    return traj

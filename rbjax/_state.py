@@ -1,0 +1,139 @@
+"""The one state convention of rbjax (docs/conventions.md).
+
+``State(t, q, u)`` for a system of nb bodies, any leading batch axes allowed:
+
+* ``t`` (...)       -- time [s];
+* ``q`` (..., nb, 7) -- generalized coordinates q = (r, a0, a) of seed 000 eq. (35): centre of
+  mass position r in the world frame [m] and the UNCONSTRAINED quaternion A, scalar first;
+* ``u`` (..., nb, 7) -- generalized velocities u = (v, ν, ω) of seed 000 eq. (38): centre of mass
+  velocity v (world) [m/s], scaling rate ν = ds/dt [1/s] and ω = 2 Im(A* Ȧ) (eq. (37)), which is
+  the BODY-frame angular velocity scaled by s = |A|² (eq. (49)); for a rigid body s = 1.
+
+Positions are world frame; ω is body frame; forces are world frame; torques are body frame.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from ._errors import check_finite, check_shape, fail, is_concrete
+
+
+class State(eqx.Module):
+    """Time, coordinates and generalized velocities of a system (see module docstring)."""
+
+    t: Float[Array, "*batch"]
+    q: Float[Array, "*batch nb 7"]
+    u: Float[Array, "*batch nb 7"]
+
+    def __check_init__(self):
+        check_shape("State.q", self.q, (7,))
+        check_shape("State.u", self.u, (7,))
+        if np.shape(self.q) != np.shape(self.u):
+            raise ValueError(
+                f"State.q has shape {np.shape(self.q)} but State.u has shape {np.shape(self.u)}. "
+                "Fix: q and u must both be (..., nb, 7)."
+            )
+        check_finite("State.t", self.t, "give a finite time")
+        check_finite("State.q", self.q, "positions and quaternions must be finite")
+        check_finite("State.u", self.u, "velocities must be finite")
+        if is_concrete(self.q):
+            a2 = np.sum(np.asarray(self.q)[..., 3:7] ** 2, axis=-1)
+            if np.any(a2 <= 0.0):
+                fail(
+                    "State.q[..., 3:7] (quaternion)",
+                    np.asarray(self.q)[..., 3:7],
+                    "has a zero quaternion",
+                    "a body's quaternion must be nonzero; use (1, 0, 0, 0) for no rotation",
+                )
+
+    @property
+    def nb(self) -> int:
+        return self.q.shape[-2]
+
+    @property
+    def position(self):
+        return self.q[..., 0:3]
+
+    @property
+    def quaternion(self):
+        return self.q[..., 3:7]
+
+    @property
+    def velocity(self):
+        return self.u[..., 0:3]
+
+    @property
+    def nu(self):
+        return self.u[..., 3]
+
+    @property
+    def omega_body(self):
+        return self.u[..., 4:7]
+
+
+def make_state(
+    *,
+    position=None,
+    quaternion=None,
+    velocity=None,
+    omega_body=None,
+    nu=None,
+    t=0.0,
+    nb: int | None = None,
+    dtype=None,
+) -> State:
+    """Build a validated :class:`State` from named parts (missing parts default to rest/identity).
+
+    Shapes: position, velocity, omega_body (..., nb, 3) or (3,) for one body; quaternion
+    (..., nb, 4) or (4,); nu (..., nb). The quaternion is NOT normalised: a scalable body may
+    start with |A|² ≠ 1; rigid bodies are checked by the model (``Model.check_state``).
+    """
+    parts = {
+        "position": position,
+        "quaternion": quaternion,
+        "velocity": velocity,
+        "omega_body": omega_body,
+    }
+    given = [np.shape(v) for v in parts.values() if v is not None]
+    if nb is None:
+        nb = 1
+        for shp in given:
+            if len(shp) >= 2:
+                nb = shp[-2]
+                break
+    if dtype is None:
+        dtype = jnp.result_type(float)
+
+    def part(name, value, width, default):
+        if value is None:
+            arr = jnp.broadcast_to(jnp.asarray(default, dtype), (nb, width))
+        else:
+            arr = jnp.asarray(value, dtype)
+            check_shape(f"make_state({name}=...)", arr, (width,))
+            check_finite(f"make_state({name}=...)", arr, f"{name} must be finite")
+            if arr.ndim == 1:
+                arr = jnp.broadcast_to(arr, (nb, width))
+        return arr
+
+    r = part("position", position, 3, [0.0, 0.0, 0.0])
+    a = part("quaternion", quaternion, 4, [1.0, 0.0, 0.0, 0.0])
+    v = part("velocity", velocity, 3, [0.0, 0.0, 0.0])
+    w = part("omega_body", omega_body, 3, [0.0, 0.0, 0.0])
+    n = jnp.zeros(w.shape[:-1], dtype) if nu is None else jnp.asarray(nu, dtype)
+    shapes = [r.shape[:-1], a.shape[:-1], v.shape[:-1], w.shape[:-1], n.shape]
+    try:
+        lead = np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise ValueError(
+            f"make_state: parts have incompatible shapes {shapes}. Fix: use (..., nb, k) for all parts."
+        ) from None
+    r, a, v, w = (jnp.broadcast_to(x, lead + x.shape[-1:]) for x in (r, a, v, w))
+    n = jnp.broadcast_to(n, lead)
+    q = jnp.concatenate([r, a], axis=-1)
+    u = jnp.concatenate([v, n[..., None], w], axis=-1)
+    tt = jnp.broadcast_to(jnp.asarray(t, dtype), lead[:-1])
+    return State(t=tt, q=q, u=u)
