@@ -72,8 +72,8 @@ class PointForce(AbstractForce):
 
     def resultants(self, model, t, q, u):
         mask = _onehot(self.body, model.nb, q.dtype)
-        f = jnp.moveaxis(self.force_world, -1, 0)[..., None]
-        rho = jnp.moveaxis(self.point_body, -1, 0)[..., None]
+        f = cf.system_vector(self.force_world, q)
+        rho = cf.system_vector(self.point_body, q)
         f_body = cf.rotate_t(q[3:7], f)
         return Resultants(
             F=f * mask + jnp.zeros_like(q[0:3]),
@@ -96,7 +96,7 @@ class BodyTorque(AbstractForce):
 
     def resultants(self, model, t, q, u):
         mask = _onehot(self.body, model.nb, q.dtype)
-        tau = jnp.moveaxis(self.torque_body, -1, 0)[..., None]
+        tau = cf.system_vector(self.torque_body, q)
         zero3 = jnp.zeros_like(q[0:3])
         return Resultants(F=zero3, S=jnp.zeros_like(q[0]), M=tau * mask + zero3)
 
@@ -139,7 +139,7 @@ class ForceFunction(AbstractForce):
 
 def total_resultants(model, t, q, u) -> Resultants:
     """Sum of gravity (F = m g at the centre of mass: S_C = 0, M_C = 0) and all model forces."""
-    g = jnp.moveaxis(model.gravity, -1, 0)[..., None]
+    g = cf.system_vector(model.gravity, q)
     zero3 = jnp.zeros_like(q[0:3])
     total = Resultants(F=model.mass * g + zero3, S=jnp.zeros_like(q[0]), M=zero3)
     for force in model.forces:

@@ -206,7 +206,7 @@ class ImplicitMidpoint(AbstractIntegrator):
                 res = total_resultants(model, tm, qm, um)
                 a = f.free_acceleration(model, res, qm, um)
                 rq = q1 - q - h * f.kinematics(qm, um)
-                ru = u1 - u - h * a - minv(model, f.constraint_force(model, qm, lam))
+                ru = u1 - u - h * a - minv(model, f.normalisation_jacobian(model, qm) * lam)
                 rc = jnp.where(model.rigid, f.constraint(model, q1), lam)
                 return _flatten(jnp.concatenate([rq, ru, rc[None]], axis=0))
 

@@ -130,15 +130,13 @@ def _rollout(model, state0, dt, integrator, n_steps, save_every, multipliers, th
     h = jnp.asarray(dt, q.dtype)
     f = model.formulation
 
-    def one_step(carry, k):
-        t, q, u, fail_code, fail_step = carry
+    def finite(q, u):
+        return jnp.all(jnp.isfinite(q), axis=(0, -1)) & jnp.all(jnp.isfinite(u), axis=(0, -1))
+
+    def one_step(carry, _):
+        t, q, u, ok_all = carry
         t1, q1, u1, ok = integrator.step_cf(model, t, q, u, h)
-        finite = jnp.all(jnp.isfinite(q1), axis=(0, -1)) & jnp.all(jnp.isfinite(u1), axis=(0, -1))
-        new_fail = (fail_code == RESULT_OK) & ~(finite & ok)
-        code = jnp.where(finite, RESULT_SOLVER_FAILED, RESULT_NONFINITE)
-        fail_code = jnp.where(new_fail, code, fail_code)
-        fail_step = jnp.where(new_fail, k, fail_step)
-        return (t1, q1, u1, fail_code, fail_step), None
+        return (t1, q1, u1, ok_all & ok), None
 
     def save(t, q, u):
         out = (t[..., 0], jnp.moveaxis(q, 0, -1), jnp.moveaxis(u, 0, -1))
@@ -146,22 +144,55 @@ def _rollout(model, state0, dt, integrator, n_steps, save_every, multipliers, th
             out = out + (f.derivatives(model, t, q, u)[2],)
         return out
 
+    # Failures are detected per saved chunk (a non-finite state stays non-finite; the solver
+    # flag is accumulated), which keeps reductions out of the per-step loop; the exact step is
+    # then located by re-running only the failing chunk (see ``locate`` below).
     def chunk(carry, i):
-        ks = (i * save_every + jnp.arange(save_every)).astype(jnp.int32)
-        carry, _ = jax.lax.scan(one_step, carry, ks)
-        return carry, save(*carry[:3])
+        t, q, u, code, fchunk = carry
+        ok0 = jnp.ones(code.shape, bool)
+        (t, q, u, ok), _ = jax.lax.scan(one_step, (t, q, u, ok0), None, length=save_every)
+        fin = finite(q, u)
+        new = (code == RESULT_OK) & ~(fin & ok)
+        code = jnp.where(new, jnp.where(fin, RESULT_SOLVER_FAILED, RESULT_NONFINITE), code)
+        fchunk = jnp.where(new, i, fchunk)
+        return (t, q, u, code, fchunk), save(t, q, u)
 
     code0 = jnp.zeros(batch, jnp.int32)
-    step0 = jnp.full(batch, -1, jnp.int32)
-    carry0 = (t, q, u, code0, step0)
+    chunk0 = jnp.full(batch, -1, jnp.int32)
     n_save = n_steps // save_every
-    carry, saved = jax.lax.scan(chunk, carry0, jnp.arange(n_save))
+    carry, saved = jax.lax.scan(
+        chunk, (t, q, u, code0, chunk0), jnp.arange(n_save, dtype=jnp.int32)
+    )
     first = save(t, q, u)
     saved = tuple(jnp.concatenate([a[None], b], axis=0) for a, b in zip(first, saved, strict=True))
+    fail_code, fchunk = carry[3], carry[4]
+
+    def locate(_):
+        # Restart every member from the start of its failing chunk and step until it fails.
+        idx = jnp.maximum(fchunk, 0)
+        t_s = jnp.take_along_axis(saved[0], idx[None], axis=0)[0][..., None]
+        pick = lambda x: jnp.moveaxis(
+            jnp.take_along_axis(x, idx[None, ..., None, None], axis=0)[0], -1, 0
+        )
+        q_s, u_s = pick(saved[1]), pick(saved[2])
+
+        def find(carry, k):
+            t, q, u, first_bad = carry
+            t, q, u, ok = integrator.step_cf(model, t, q, u, h)
+            bad = ~(finite(q, u) & ok)
+            first_bad = jnp.where((first_bad < 0) & bad, k, first_bad)
+            return (t, q, u, first_bad), None
+
+        init = (t_s, q_s, u_s, jnp.full(batch, -1, jnp.int32))
+        (_, _, _, k), _ = jax.lax.scan(find, init, jnp.arange(save_every, dtype=jnp.int32))
+        return jnp.where(fail_code != RESULT_OK, idx * save_every + jnp.maximum(k, 0), -1)
+
+    fail_step = jax.lax.cond(
+        jnp.any(fail_code != RESULT_OK), locate, lambda _: jnp.full(batch, -1, jnp.int32), None
+    )
     # time axis after the batch axes: (T, *batch, ...) -> (*batch, T, ...)
     nbatch = len(batch)
     saved = tuple(jnp.moveaxis(x, 0, nbatch) for x in saved)
-    fail_code, fail_step = carry[3], carry[4]
     traj = Trajectory(
         t=saved[0],
         q=saved[1],
