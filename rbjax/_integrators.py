@@ -204,9 +204,9 @@ class ImplicitMidpoint(AbstractIntegrator):
     solver tolerance too (measured: 1e-12 over 2e4 steps, against 2e-6 after 2e3 steps with
     ρ = 1). Order 2, symmetric.
 
-    Newton's method with the exact Jacobian (one jvp per unknown), ``tol`` on the max-norm of
-    the Newton update relative to the state (default 1000 machine epsilons: 2.2e-13 in float64,
-    1.2e-4 in float32; quadratic convergence leaves the residual far below that), at most ``max_iters`` iterations; a step that does
+    Newton's method with the exact Jacobian (one jvp per unknown); it stops when the estimated
+    remaining error θ/(1−θ)|Δz| (relative to the state) is below ``tol`` (default 1000 machine
+    epsilons: 2.2e-13 in float64, 1.2e-4 in float32), at most ``max_iters`` iterations; a step that does
     not converge reports ok = False (the rollout raises with the step index). Derivatives use the
     implicit function theorem (``jax.lax.custom_root``).
     """
@@ -252,21 +252,28 @@ class ImplicitMidpoint(AbstractIntegrator):
         max_iters = self.max_iters
 
         def newton(fn, z0):
-            # Converged when the update is below tol, or when it has stalled (stopped halving)
-            # at a level below 1000 tol: the roundoff floor of an ill-conditioned step, where
-            # quadratic convergence has already ended.
+            # Stop on the contraction estimate (Hairer & Wanner II, §IV.8): with
+            # θ = |Δz_k| / |Δz_{k−1}|, the remaining error is about θ/(1−θ) |Δz_k|. With
+            # quadratic convergence this stops one iteration BEFORE the update reaches the
+            # roundoff floor. Iterating into the floor is not harmless: the last corrections
+            # are then computed from roundoff and bias the energy (measured: a linear drift of
+            # −1.3e-17 per step over 1e5 steps, against a bounded ~1e-14 when stopping early).
             def cond(carry):
                 _, it, done, _ = carry
                 return (it < max_iters) & ~jnp.all(done)
 
             def body(carry):
-                z, it, _, prev = carry
+                z, it, done, prev = carry
                 dz = _batched_solve(_jacobian(fn, z), -fn(z))
+                dz = jnp.where(done, 0.0, dz)  # converged systems stay put
                 z = z + dz
                 scale = 1.0 + jnp.max(jnp.abs(z), axis=0)
                 size = jnp.max(jnp.abs(dz), axis=0) / scale
-                done = (size <= tol) | ((size >= 0.5 * prev) & (size <= 1e3 * tol))
-                return z, it + 1, done, size
+                theta = size / prev
+                contracted = (it >= 1) & (theta < 0.5) & (theta / (1.0 - theta) * size <= tol)
+                stalled = (it >= 1) & (size >= 0.5 * prev) & (size <= 1e3 * tol)
+                done = done | (size <= tol) | contracted | stalled
+                return z, it + 1, done, jnp.where(done, prev, size)
 
             done0 = jnp.zeros(z0.shape[1:], dtype=bool)
             inf0 = jnp.full(z0.shape[1:], jnp.inf, z0.dtype)
