@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,plot,dev]"
+	$(PY) -m pip install --quiet -e ".[test,plot]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -21,6 +21,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[dev]"
 	$(VENV)/bin/ruff check rbjax tests examples benchmarks
 	$(VENV)/bin/ruff format --check rbjax tests examples benchmarks
 	$(VENV)/bin/pyright

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+from jax import core as jax_core
 
 
 def is_concrete(x) -> bool:
     """True when ``x`` holds values we can check now (not a tracer inside jit/vmap/grad)."""
     leaves = jax.tree_util.tree_leaves(x)
-    return all(not isinstance(leaf, jax.core.Tracer) for leaf in leaves)
+    return all(not isinstance(leaf, jax_core.Tracer) for leaf in leaves)
 
 
 def fail(field: str, value, problem: str, fix: str):

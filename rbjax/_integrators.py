@@ -27,6 +27,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import Array
 
 from . import _cf as cf
 from ._dynamics import from_cf, minv, to_cf
@@ -40,7 +41,7 @@ class AbstractIntegrator(eqx.Module):
     order: ClassVar[int]
 
     @abc.abstractmethod
-    def step_cf(self, model, t, q, u, h):
+    def step_cf(self, model, t, q, u, h) -> tuple[Array, Array, Array, Array]:
         """One step; ``ok`` (bool, batch shape) is False where an inner solver failed."""
 
     def step(self, model, state, dt):
