@@ -134,7 +134,7 @@ def main(argv=None):
     for integ, form, dtype, b in cases:
         steps = args.steps
         if integ == "ImplicitMidpoint" and b > 1024:
-            continue  # dense Newton per body: reported up to B = 1024
+            continue  # dense Newton per system (15 nb unknowns): reported up to B = 1024
         rec = run_case(integ, form, dtype, b, steps, 1e-3, args.repeats)
         records.append(rec)
         print(

@@ -104,6 +104,10 @@ from ._state import make_state as make_state
 def step(model: Model, state: State, dt, integrator: AbstractIntegrator | None = None) -> State:
     """One pure step ``(model, state, dt) -> state`` with ``integrator`` (default RK4)."""
     integrator = RK4() if integrator is None else integrator
+    if not isinstance(integrator, AbstractIntegrator):
+        raise ValueError(
+            f"integrator = {integrator!r} is not an rbjax integrator. Fix: use RK4(), SemiImplicitEuler() or ImplicitMidpoint()."
+        )
     return integrator.step(model, state, dt)
 
 

@@ -1,4 +1,5 @@
-"""Equations of motion: one body or nb bodies, four interchangeable formulations.
+"""Equations of motion: one body or nb bodies, three formulation classes covering the four
+formulations of the core issue (the free scalable body is ScalableDAE with scalable bodies).
 
 Every formulation maps (model, t, q, u) to (q̇, u̇, λ) in the one state convention
 (rbjax/_state.py), so integrators and rollouts never know which one they run:
@@ -8,7 +9,8 @@ formulation            equations                                   λ returned
 =====================  ==========================================  ===============================
 ScalableDAE, scalable  seed 000 eq. (93) with λ = 0, no constraint 0 (7-DOF scalable body)
 ScalableDAE, rigid     eq. (93) + perfect constraint |A|² = 1      scaling force, = eq. (96)
-                       (eqs. (77)-(82)); W, γ by autodiff
+                       (eqs. (77)-(82)); W = e_ν, γ = 0 (checked
+                       against autodiff of c)
 NewtonEuler            eq. (95): Θω̇ + ω̃Θω = M_C, Ȧ = ½A(0,ω)      eq. (96) evaluated
 UdwadiaSchutte(J0)     seed 001 eqs. (39), (43)-(45): M_u = 4EᵀJE,  quaternion multiplier μ with
                        fundamental equation, Moore–Penrose inverse  Q_c = 2pμ (depends on J0)
@@ -27,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from . import _cf as cf
+from . import _quaternion as quat
 from ._forces import Resultants, total_resultants
 
 # ---------------------------------------------------------------- layout at the boundary
@@ -225,14 +228,7 @@ class NewtonEuler(AbstractFormulation):
 
 def _us_E(p):
     """Udwadia–Schutte's 4x4 E = [pᵀ; E₁] with E₁ = G(p) of ME751 (seed 001, eq. (2)); p (..., 4)."""
-    p0, p1, p2, p3 = p[..., 0], p[..., 1], p[..., 2], p[..., 3]
-    rows = [
-        [p0, p1, p2, p3],
-        [-p1, p0, p3, -p2],
-        [-p2, -p3, p0, p1],
-        [-p3, p2, -p1, p0],
-    ]
-    return jnp.stack([jnp.stack(r, axis=-1) for r in rows], axis=-2)
+    return jnp.concatenate([p[..., None, :], quat.G(p)], axis=-2)
 
 
 class UdwadiaSchutte(AbstractFormulation):
@@ -372,35 +368,16 @@ def scaling_force_closed_form(model, state):
     return -cf.dot3(w, cf.matvec(th, w)) - res.S
 
 
-def _phi(a):
-    """φ(A), the 4x4 left-multiplication matrix (seed 000, eq. (10)); a (..., 4)."""
-    cols = [
-        jnp.moveaxis(
-            cf.qmul(
-                jnp.moveaxis(a, -1, 0),
-                jnp.eye(4, dtype=a.dtype)[k].reshape((4,) + (1,) * (a.ndim - 1)),
-            ),
-            0,
-            -1,
-        )
-        for k in range(4)
-    ]
-    return jnp.stack(cols, axis=-1)
-
-
 def velocity_transform(q):
     """Q(q) of seed 000 eq. (38), u = Q q̇: blockdiag(I, 2φ(A*)); q (..., 7) -> (..., 7, 7)."""
-    a = q[..., 3:7]
-    conj = a * jnp.asarray([1.0, -1.0, -1.0, -1.0], a.dtype)
     out = jnp.zeros(q.shape + (7,), q.dtype)
     out = out.at[..., 0:3, 0:3].set(jnp.eye(3, dtype=q.dtype))
-    return out.at[..., 3:7, 3:7].set(2.0 * _phi(conj))
+    return out.at[..., 3:7, 3:7].set(2.0 * quat.phi(quat.conjugate(q[..., 3:7])))
 
 
 def velocity_transform_inverse(q):
     """Q⁻¹(q) of seed 000 eq. (85): blockdiag(I, φ(A) / (2|A|²))."""
     a = q[..., 3:7]
-    s = jnp.sum(a * a, axis=-1)
     out = jnp.zeros(q.shape + (7,), q.dtype)
     out = out.at[..., 0:3, 0:3].set(jnp.eye(3, dtype=q.dtype))
-    return out.at[..., 3:7, 3:7].set(_phi(a) / (2.0 * s[..., None, None]))
+    return out.at[..., 3:7, 3:7].set(quat.phi(a) / (2.0 * quat.norm2(a)[..., None, None]))

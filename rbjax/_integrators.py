@@ -47,6 +47,7 @@ class AbstractIntegrator(eqx.Module):
     def step(self, model, state, dt):
         """Advance ``state`` by ``dt``; same pytree structure, shapes and dtypes out as in."""
         check_dt(dt)
+        model.check_state(state)
         t, q, u = to_cf(state)
         t1, q1, u1, _ = self.step_cf(model, t, q, u, jnp.asarray(dt, q.dtype))
         return from_cf(t1, q1, u1)
@@ -193,7 +194,8 @@ class ImplicitMidpoint(AbstractIntegrator):
         c(q_{n+1})                                             = 0,
 
     for (q_{n+1}, u_{n+1}, Λ), where a is the unconstrained scalable-body acceleration of
-    seed 000 eq. (93), W = c_q Q⁻¹ (autodiff) and Λ ≈ h λ is the constraint impulse. For the
+    seed 000 eq. (93), W = c_q Q⁻¹ (= e_ν for the normalisation constraint, see
+    ScalableDAE.normalisation_jacobian) and Λ ≈ h λ is the constraint impulse. For the
     normalisation constraint, c_q(q_m)(q_{n+1} − q_n) = |A_{n+1}|² − |A_n|² exactly (the
     midpoint is the discrete gradient of a quadratic), so the constraint force does no discrete
     work: for a torque-free rigid body the kinetic energy is conserved to solver tolerance and
@@ -279,11 +281,12 @@ class ImplicitMidpoint(AbstractIntegrator):
             done0 = jnp.zeros(z0.shape[1:], dtype=bool)
             inf0 = jnp.full(z0.shape[1:], jnp.inf, z0.dtype)
             z, _, done, _ = jax.lax.while_loop(cond, body, (z0, jnp.asarray(0), done0, inf0))
-            return z, done
+            # custom_root differentiates its aux output too: report convergence as a float.
+            return z, done.astype(z.dtype)
 
         def tangent_solve(g, y):
             return _batched_solve(_jacobian(g, y), y)
 
         z, done = jax.lax.custom_root(residual, guess, newton, tangent_solve, has_aux=True)
         z = _unflatten(z, k, model.nb)
-        return t + h, z[0:7], z[7:14], done
+        return t + h, z[0:7], z[7:14], jax.lax.stop_gradient(done) > 0.5

@@ -106,7 +106,7 @@ class Model(eqx.Module):
         return jnp.asarray([not s for s in self.scalable])
 
     def check_state(self, state: State, *, atol: float = 1e-9) -> State:
-        """Validate a state against this model (body count; unit quaternions of rigid bodies)."""
+        """Validate a state against this model (body count; rigid bodies: |A|² = 1 and ν = 0)."""
         if state.q.shape[-2] != self.nb:
             raise ValueError(
                 f"State.q has {state.q.shape[-2]} bodies but the model has nb = {self.nb}. "
@@ -123,5 +123,16 @@ class Model(eqx.Module):
                     np.asarray(state.q)[..., i, 3:7],
                     f"has |A|² = {a2[..., i].ravel()[0]:.12g}, not 1",
                     "divide the quaternion by its norm, or declare the body scalable=True",
+                )
+        if is_concrete(state.u):
+            nu = np.asarray(state.u)[..., 3]
+            bad = (np.abs(nu) > atol) & np.asarray([not s for s in self.scalable])
+            if np.any(bad):
+                i = int(np.argwhere(bad)[0][-1])
+                fail(
+                    f"State.u[..., {i}, 3] (scaling rate ν of rigid body '{self.names[i]}')",
+                    nu[..., i],
+                    "is not 0: a rigid body cannot change size (ν = ds/dt = 0, seed 000 eq. (94))",
+                    "set nu=0 for rigid bodies, or declare the body scalable=True",
                 )
         return state

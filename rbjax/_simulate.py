@@ -122,11 +122,18 @@ def rollout(
 def _rollout(model, state0, dt, integrator, n_steps, save_every, multipliers, throw):
     t, q, u = to_cf(state0)
     # Broadcast the state over the batch axes of the model parameters (leading axes).
-    batch = jnp.broadcast_shapes(q.shape[1:-1], model.mass.shape[:-1], model.gravity.shape[:-1])
+    batch = jnp.broadcast_shapes(
+        q.shape[1:-1], model.mass.shape[:-1], model.inertia.shape[:-3], model.gravity.shape[:-1]
+    )
     nb = model.nb
-    q = jnp.broadcast_to(q, (7,) + batch + (nb,))
-    u = jnp.broadcast_to(u, (7,) + batch + (nb,))
-    t = jnp.broadcast_to(t, batch + (1,))
+
+    def lift(x, lead):  # insert missing batch axes after the ``lead`` component axes
+        missing = len(batch) - (x.ndim - lead - 1)
+        return x.reshape(x.shape[:lead] + (1,) * missing + x.shape[lead:])
+
+    q = jnp.broadcast_to(lift(q, 1), (7,) + batch + (nb,))
+    u = jnp.broadcast_to(lift(u, 1), (7,) + batch + (nb,))
+    t = jnp.broadcast_to(lift(t, 0), batch + (1,))
     h = jnp.asarray(dt, q.dtype)
     f = model.formulation
 
