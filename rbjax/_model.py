@@ -105,33 +105,37 @@ class Model(eqx.Module):
         """Boolean mask (nb,) of bodies that carry the unit-length constraint |A|² = 1."""
         return jnp.asarray([not s for s in self.scalable])
 
-    def check_state(self, state: State, *, atol: float = 1e-9) -> State:
+    def check_state(self, state: State, *, atol: float | None = None) -> State:
         """Validate a state against this model (body count; rigid bodies: |A|² = 1 and ν = 0)."""
         if state.q.shape[-2] != self.nb:
             raise ValueError(
                 f"State.q has {state.q.shape[-2]} bodies but the model has nb = {self.nb}. "
                 "Fix: build the state with one row per body."
             )
+        if atol is None:  # 1e-9 in float64; 1e-5 (≈ 100 ulp) in float32
+            atol = max(1e-9, 100.0 * float(jnp.finfo(jnp.result_type(state.q)).eps))
         if is_concrete(state.q):
-            a2 = np.sum(np.asarray(state.q)[..., 3:7] ** 2, axis=-1)
+            a2 = np.sum(np.asarray(state.q, dtype=np.float64)[..., 3:7] ** 2, axis=-1)
             bad = np.abs(a2 - 1.0) > atol
             bad = bad & np.asarray([not s for s in self.scalable])
             if np.any(bad):
-                i = int(np.argwhere(bad)[0][-1])
+                where = tuple(int(k) for k in np.argwhere(bad)[0])
+                i = where[-1]
                 fail(
-                    f"State.q[..., {i}, 3:7] (quaternion of rigid body '{self.names[i]}')",
-                    np.asarray(state.q)[..., i, 3:7],
-                    f"has |A|² = {a2[..., i].ravel()[0]:.12g}, not 1",
+                    f"State.q[{', '.join(map(str, where))}, 3:7] (quaternion of rigid body '{self.names[i]}')",
+                    np.asarray(state.q)[where][3:7],
+                    f"has |A|² = {a2[where]:.12g}, not 1",
                     "divide the quaternion by its norm, or declare the body scalable=True",
                 )
         if is_concrete(state.u):
             nu = np.asarray(state.u)[..., 3]
             bad = (np.abs(nu) > atol) & np.asarray([not s for s in self.scalable])
             if np.any(bad):
-                i = int(np.argwhere(bad)[0][-1])
+                where = tuple(int(k) for k in np.argwhere(bad)[0])
+                i = where[-1]
                 fail(
-                    f"State.u[..., {i}, 3] (scaling rate ν of rigid body '{self.names[i]}')",
-                    nu[..., i],
+                    f"State.u[{', '.join(map(str, where))}, 3] (scaling rate ν of rigid body '{self.names[i]}')",
+                    nu[where],
                     "is not 0: a rigid body cannot change size (ν = ds/dt = 0, seed 000 eq. (94))",
                     "set nu=0 for rigid bodies, or declare the body scalable=True",
                 )

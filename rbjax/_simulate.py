@@ -157,13 +157,15 @@ def _rollout(model, state0, dt, integrator, n_steps, save_every, multipliers, th
     def chunk(carry, i):
         t, q, u, code, fchunk = carry
         ok0 = jnp.ones(code.shape, bool)
-        (t, q, u, ok), _ = jax.lax.scan(one_step, (t, q, u, ok0), None, length=save_every)
+        (_, q, u, ok), _ = jax.lax.scan(one_step, (t, q, u, ok0), None, length=save_every)
+        t = t_start + ((i + 1) * save_every).astype(h.dtype) * h  # t0 + k h, not a running sum of h
         fin = finite(q, u)
         new = (code == RESULT_OK) & ~(fin & ok)
         code = jnp.where(new, jnp.where(fin, RESULT_SOLVER_FAILED, RESULT_NONFINITE), code)
         fchunk = jnp.where(new, i, fchunk)
         return (t, q, u, code, fchunk), save(t, q, u)
 
+    t_start = t
     code0 = jnp.zeros(batch, jnp.int32)
     chunk0 = jnp.full(batch, -1, jnp.int32)
     n_save = n_steps // save_every

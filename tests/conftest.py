@@ -22,7 +22,9 @@ settings.load_profile("rbjax")
 
 def assert_close(actual, expected, *, rtol=1e-10, atol=1e-12, err_msg=""):
     """The one tolerance helper: numpy's assert_allclose on host copies."""
-    np.testing.assert_allclose(np.asarray(actual), np.asarray(expected), rtol=rtol, atol=atol, err_msg=err_msg)
+    np.testing.assert_allclose(
+        np.asarray(actual), np.asarray(expected), rtol=rtol, atol=atol, err_msg=err_msg
+    )
 
 
 @pytest.fixture
