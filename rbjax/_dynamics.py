@@ -27,10 +27,12 @@ from typing import ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jaxtyping import Array, Float
 
 from . import _cf as cf
 from . import _quaternion as quat
 from ._forces import Resultants, total_resultants
+from ._state import State
 
 # ---------------------------------------------------------------- layout at the boundary
 
@@ -41,8 +43,6 @@ def to_cf(state):
 
 
 def from_cf(t, q, u):
-    from ._state import State
-
     return State(t=t[..., 0], q=jnp.moveaxis(q, 0, -1), u=jnp.moveaxis(u, 0, -1))
 
 
@@ -250,7 +250,7 @@ class UdwadiaSchutte(AbstractFormulation):
     ω̇ = 2 G(p) p̈ converts back to the state convention; translation is m v̇ = F.
     """
 
-    J0: float = 1.0
+    J0: float | Float[Array, ""] = 1.0
 
     def __check_init__(self):
         if isinstance(self.J0, (int, float)) and not self.J0 > 0:

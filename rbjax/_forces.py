@@ -24,6 +24,7 @@ from jaxtyping import Array, Float
 
 from . import _cf as cf
 from ._errors import check_finite, check_shape
+from ._state import State
 
 
 class Resultants(eqx.Module):
@@ -42,7 +43,7 @@ class AbstractForce(eqx.Module):
 
     @abc.abstractmethod
     def resultants(self, model, t, q, u) -> Resultants:
-        raise NotImplementedError
+        """Per-body resultants (F, S_C, M_C) of this force at (t, q, u), component-first."""
 
 
 def _onehot(body: int, nb: int, dtype):
@@ -120,8 +121,6 @@ class ForceFunction(AbstractForce):
         self.params = params
 
     def resultants(self, model, t, q, u):
-        from ._state import State
-
         batch_shape = q.shape[1:-1]
 
         def one(t1, q1, u1):

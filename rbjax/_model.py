@@ -15,6 +15,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ._body import Body
+from ._dynamics import AbstractFormulation, ScalableDAE
 from ._errors import check_finite, check_shape, fail, is_concrete
 from ._forces import AbstractForce
 from ._state import State
@@ -33,7 +34,7 @@ class Model(eqx.Module):
     inertia: Float[Array, "*batch nb 3 3"]
     gravity: Float[Array, "*batch 3"]
     forces: tuple[AbstractForce, ...]
-    formulation: eqx.Module
+    formulation: AbstractFormulation
     scalable: tuple[bool, ...] = eqx.field(static=True)
     names: tuple[str, ...] = eqx.field(static=True)
 
@@ -43,10 +44,8 @@ class Model(eqx.Module):
         *,
         gravity=(0.0, 0.0, 0.0),
         forces: Sequence[AbstractForce] = (),
-        formulation: eqx.Module | None = None,
+        formulation: AbstractFormulation | None = None,
     ):
-        from ._dynamics import AbstractFormulation, ScalableDAE
-
         if isinstance(bodies, Body):
             bodies = [bodies]
         bodies = list(bodies)

@@ -41,37 +41,6 @@ from jaxtyping import Array, Float
 
 from . import _cf
 
-__all__ = [
-    "T_MATRIX",
-    "A_matrix",
-    "B",
-    "E",
-    "G",
-    "conjugate",
-    "exp",
-    "from_axis_angle",
-    "from_matrix",
-    "identity",
-    "inverse",
-    "log",
-    "mul",
-    "norm",
-    "norm2",
-    "phi",
-    "phi_right",
-    "psi",
-    "rotate",
-    "rotate_inverse",
-    "rotation_and_scale",
-    "rotation_matrix",
-    "scale",
-    "skew",
-    "slerp",
-    "to_axis_angle",
-    "to_matrix",
-    "transform",
-]
-
 # --------------------------------------------------------------------------- layout helpers
 
 

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from ._body import validate_inertia
 from ._dynamics import to_cf
 from ._errors import is_concrete
 from ._integrators import RK4, AbstractIntegrator, check_dt
@@ -110,8 +111,6 @@ def rollout(
         )
     model.check_state(state0)
     if is_concrete(model.inertia):
-        from ._body import validate_inertia
-
         validate_inertia("model.inertia", model.inertia)
     return _rollout(
         model, state0, dt, integrator, int(n_steps), int(save_every), bool(multipliers), bool(throw)
