@@ -204,14 +204,14 @@ class ImplicitMidpoint(AbstractIntegrator):
     |A|² of Ȧ = ½A(0, ω). In both, the kinematic update uses ω_m scaled by ρ = 1 + O(h²)
     (:func:`_cayley_velocity`), which makes the rotation increment the Cayley map matching the
     momentum update, so the world angular momentum of a torque-free rigid body is conserved to
-    solver tolerance too (measured: 1e-12 over 2e4 steps, against 2e-6 after 2e3 steps with
-    ρ = 1). Order 2, symmetric.
+    solver tolerance too (measured on the tumbling body, dt = 1e-3: 3.6e-14 relative over 1e5
+    steps, against 2e-6 after 2e3 steps with ρ = 1). Order 2, symmetric.
 
     Newton's method with the exact Jacobian (one jvp per unknown); it stops when the estimated
     remaining error θ/(1−θ)|Δz| (relative to the state) is below ``tol`` (default 1000 machine
-    epsilons: 2.2e-13 in float64, 1.2e-4 in float32), at most ``max_iters`` iterations; a step that does
-    not converge reports ok = False (the rollout raises with the step index). Derivatives use the
-    implicit function theorem (``jax.lax.custom_root``).
+    epsilons: 2.2e-13 in float64, 1.2e-4 in float32), at most ``max_iters`` iterations; a step
+    that does not converge reports ok = False (the rollout raises with the step index).
+    Derivatives use the implicit function theorem (``jax.lax.custom_root``).
     """
 
     tol: float | None = eqx.field(static=True, default=None)
