@@ -1,0 +1,36 @@
+"""Every example runs from the command line (at reduced size) and passes its own checks.
+
+The examples raise SystemExit with a message when what they check (flip times against the
+Jacobi-elliptic solution) disagrees, so a zero exit status is an assertion.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    "script, args, expect",
+    [
+        ("tumbling_body.py", ["--t-end", "6", "--out", ""], "max |Δ| vs exact"),
+        (
+            "monte_carlo_flips.py",
+            ["--batch", "64", "--t-end", "3"],
+            "max |t_flip − exact elliptic t_flip|",
+        ),
+    ],
+)
+def test_example_runs_and_checks_itself(script, args, expect):
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert expect in out.stdout
