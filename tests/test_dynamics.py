@@ -35,7 +35,7 @@ DT = 1e-3
 _PRINT = bool(os.environ.get("RBJAX_PRINT_ERRORS"))
 
 
-def _check(name, err, tol):
+def assert_within(name, err, tol):
     """Assert a measured (max) error is below ``tol``; optionally print it."""
     err = float(np.max(np.abs(err)))
     if _PRINT:
@@ -141,9 +141,9 @@ def test_torque_free_axisymmetric_precession():
     # body frame: closed form
     big_omega = (I3 - I1) / I1 * w0[2]
     z = (w0[0] + 1j * w0[1]) * np.exp(1j * big_omega * t)
-    _check("ω3 constant", w[:, 2] - w0[2], 1e-12)
-    _check("ω1(t) closed form", (w[:, 0] - z.real) / np.abs(z), 1e-10)
-    _check("ω2(t) closed form", (w[:, 1] - z.imag) / np.abs(z), 1e-10)
+    assert_within("ω3 constant", w[:, 2] - w0[2], 1e-12)
+    assert_within("ω1(t) closed form", (w[:, 0] - z.real) / np.abs(z), 1e-10)
+    assert_within("ω2(t) closed form", (w[:, 1] - z.imag) / np.abs(z), 1e-10)
 
     # space frame: Poinsot cone
     R = rotmat(q[:, 3:7])
@@ -151,13 +151,13 @@ def test_torque_free_axisymmetric_precession():
     L0 = rotmat(a0) @ theta @ w0
     Lmag = np.linalg.norm(L0)
     L = np.einsum("tij,tj->ti", R, w @ theta)
-    _check("world L constant", (L - L0) / Lmag, 1e-10)
+    assert_within("world L constant", (L - L0) / Lmag, 1e-10)
     n = R[:, :, 2]
-    _check("cone angle cos θ = I3 ω3/|L|", n @ L0 / Lmag - I3 * w0[2] / Lmag, 1e-10)
+    assert_within("cone angle cos θ = I3 ω3/|L|", n @ L0 / Lmag - I3 * w0[2] / Lmag, 1e-10)
     Rp = rodrigues(L0, Lmag / I1 * t)  # precession about L at |L|/I1
-    _check("symmetry axis precession", n - Rp @ n[0], 1e-10)
+    assert_within("symmetry axis precession", n - Rp @ n[0], 1e-10)
     Ww = np.einsum("tij,tj->ti", R, w)
-    _check("world ω precession", (Ww - Rp @ Ww[0]) / np.linalg.norm(w0), 1e-10)
+    assert_within("world ω precession", (Ww - Rp @ Ww[0]) / np.linalg.norm(w0), 1e-10)
 
 
 # ====================================================== 2. intermediate-axis (Dzhanibekov)
@@ -228,12 +228,12 @@ def test_intermediate_axis_flips_match_elliptic_solution():
     flips = zero_crossings(t, w[:, 1])
     expected = (2 * np.arange(1, 5) - 1) * K / p
     assert flips.shape == (4,), flips
-    _check("flip times (relative)", (flips - expected) / expected, 1e-8)
+    assert_within("flip times (relative)", (flips - expected) / expected, 1e-8)
     period = 4 * K / p
-    _check("period of ω2 from crossings", (flips[2:] - flips[:-2]) / period - 1.0, 1e-8)
-    _check("half periods", np.diff(flips) / (0.5 * period) - 1.0, 1e-8)
+    assert_within("period of ω2 from crossings", (flips[2:] - flips[:-2]) / period - 1.0, 1e-8)
+    assert_within("half periods", np.diff(flips) / (0.5 * period) - 1.0, 1e-8)
     # whole trajectory against the elliptic solution (|ω| ≈ 5)
-    _check("ω(t) vs cn/sn/dn", (w - omega(t)) / np.linalg.norm(w0), 1e-7)
+    assert_within("ω(t) vs cn/sn/dn", (w - omega(t)) / np.linalg.norm(w0), 1e-7)
     # ω1 = a1 dn never changes sign (rotation stays on the ω1 > 0 side of the separatrix)
     assert np.all(w[:, 0] > 0)
 
@@ -290,11 +290,11 @@ def test_heavy_top_steady_precession():
     traj = rbjax.rollout(model, state0, DT, n_steps)
     t, q, u = traj_np(traj)
     n = rotmat(q[:, 3:7])[:, :, 2]
-    _check("tilt θ constant", np.arccos(n[:, 2]) - th0, 1e-10)
+    assert_within("tilt θ constant", np.arccos(n[:, 2]) - th0, 1e-10)
     phi = np.unwrap(np.arctan2(n[:, 0], -n[:, 1]))
-    _check("precession angle φ = φ̇ t", phi - phidot * t, 1e-10)
-    _check("spin ω3 constant", u[:, 6] - w3, 1e-9)
-    _check("translation at rest", q[:, 0:3], 1e-14)
+    assert_within("precession angle φ = φ̇ t", phi - phidot * t, 1e-10)
+    assert_within("spin ω3 constant", u[:, 6] - w3, 1e-9)
+    assert_within("translation at rest", q[:, 0:3], 1e-14)
 
 
 # ================================================ 4, 5, 8. loaded body with non-diagonal inertia
@@ -359,19 +359,19 @@ def test_reference_integration_rotation_matrix_ode(loaded_dae):
     assert sol.success
     ref = sol.y.T
     R_ref = ref[:, 6:15].reshape(-1, 3, 3)
-    _check(
+    assert_within(
         "reference: R(Rᵀ)=I drift of the reference",
         R_ref @ R_ref.transpose(0, 2, 1) - np.eye(3),
         1e-10,
     )
-    _check("position vs reference", q[:, 0:3] - ref[:, 0:3], 1e-10)
-    _check("R vs reference", rotmat(q[:, 3:7]) - R_ref, 1e-10)
-    _check("ω vs reference", u[:, 4:7] - ref[:, 15:18], 1e-10)
-    _check("v vs reference", u[:, 0:3] - ref[:, 3:6], 1e-10)
+    assert_within("position vs reference", q[:, 0:3] - ref[:, 0:3], 1e-10)
+    assert_within("R vs reference", rotmat(q[:, 3:7]) - R_ref, 1e-10)
+    assert_within("ω vs reference", u[:, 4:7] - ref[:, 15:18], 1e-10)
+    assert_within("v vs reference", u[:, 0:3] - ref[:, 3:6], 1e-10)
     # translation is even closed form: r = r0 + v0 t + ½ (g + f/m) t²
     acc = p["gravity"] + p["f"] / p["mass"]
     r_exact = p["r0"] + np.outer(t, p["v0"]) + 0.5 * np.outer(t**2, acc)
-    _check("position vs closed form", q[:, 0:3] - r_exact, 1e-11)
+    assert_within("position vs closed form", q[:, 0:3] - r_exact, 1e-11)
 
 
 @pytest.mark.parametrize(
@@ -388,8 +388,8 @@ def test_formulations_agree_on_rigid_trajectory(loaded_dae, formulation):
     traj = rbjax.rollout(loaded_model(formulation), loaded_state0(), DT, LOADED_STEPS)
     _, q_ref, u_ref = traj_np(loaded_dae)
     _, q, u = traj_np(traj)
-    _check("q vs ScalableDAE", q - q_ref, 1e-11)
-    _check("u vs ScalableDAE", u - u_ref, 1e-11)
+    assert_within("q vs ScalableDAE", q - q_ref, 1e-11)
+    assert_within("u vs ScalableDAE", u - u_ref, 1e-11)
 
 
 def test_formulation_accelerations_agree_and_us_independent_of_j0():
@@ -424,9 +424,11 @@ def test_formulation_accelerations_agree_and_us_independent_of_j0():
     ]:
         udot, _ = eqx.filter_jit(rbjax.accelerations)(loaded_model(form), state)
         results[name] = np.asarray(udot)
-        _check(f"u̇ {name} vs hand Newton–Euler", (results[name] - expected) / 30.0, 1e-12)
+        assert_within(f"u̇ {name} vs hand Newton–Euler", (results[name] - expected) / 30.0, 1e-12)
     for name in ("US-0.1", "US-7.3"):
-        _check(f"U–S u̇ J0 independence {name}", (results[name] - results["US-1.0"]) / 30.0, 1e-12)
+        assert_within(
+            f"U–S u̇ J0 independence {name}", (results[name] - results["US-1.0"]) / 30.0, 1e-12
+        )
 
 
 def test_scaling_multiplier_equals_eq96_along_trajectory(loaded_dae):
@@ -442,8 +444,8 @@ def test_scaling_multiplier_equals_eq96_along_trajectory(loaded_dae):
     assert np.ptp(S_C) > 0.1  # the point force really produces a varying scaling load
     lam_hand = -np.einsum("ti,ij,tj->t", w, p["inertia"], w) - S_C
     scale = np.max(np.abs(lam_hand))
-    _check("λ DAE vs eq (96) by hand", (lam - lam_hand) / scale, 1e-10)
-    _check("scaling_force_closed_form vs hand", (lam_cf - lam_hand) / scale, 1e-12)
+    assert_within("λ DAE vs eq (96) by hand", (lam - lam_hand) / scale, 1e-10)
+    assert_within("scaling_force_closed_form vs hand", (lam_cf - lam_hand) / scale, 1e-12)
 
 
 # ========================================================================= 6. scalable body
@@ -513,8 +515,8 @@ def test_free_scalable_body_grows_and_conserves():
             mass * np.sum(u[:, 0:3] ** 2, -1) + half_tr * nu**2 + np.einsum("ti,ij,tj->t", w, th, w)
         )
         T0 = T_rot0 + 0.5 * mass * v0 @ v0
-        _check(f"{tag} kinetic energy conserved", T / T0 - 1.0, 1e-10)
-        _check(
+        assert_within(f"{tag} kinetic energy conserved", T / T0 - 1.0, 1e-10)
+        assert_within(
             f"{tag} rbjax.kinetic_energy",
             np.asarray(rbjax.kinetic_energy(model, traj.states))[b] / T0 - 1.0,
             1e-10,
@@ -522,20 +524,20 @@ def test_free_scalable_body_grows_and_conserves():
 
         # growth: exact Lagrange–Jacobi law
         s_exact = np.sqrt(s0[b] ** 2 + 2 * s0[b] * nu0[b] * t + 2 * T_rot0 / half_tr * t**2)
-        _check(f"{tag} s(t) vs Lagrange–Jacobi closed form", s / s_exact - 1.0, 1e-10)
+        assert_within(f"{tag} s(t) vs Lagrange–Jacobi closed form", s / s_exact - 1.0, 1e-10)
         assert s[-1] > 1.5 * s0[b]
         if nu0[b] == 0.0:
             assert np.all(np.diff(s) > 0), "a spinning scalable body must grow"
 
         # ṡ = ν by the fourth-order central difference (truncation error h⁴ s⁽⁵⁾/30)
         ds = (s[:-4] - 8 * s[1:-3] + 8 * s[3:-1] - s[4:]) / (12 * DT)
-        _check(f"{tag} ds/dt = ν", ds - nu[2:-2], 1e-9)
+        assert_within(f"{tag} ds/dt = ν", ds - nu[2:-2], 1e-9)
 
         # angular momentum s R Θ ω about the centre of mass (sR from A (0, x) A*)
         Lw = np.stack([sR_of(ak) @ (th @ wk) for ak, wk in zip(a, w, strict=True)])
         L0 = s0[b] * rotmat(a_unit) @ th @ w0
-        _check(f"{tag} s R Θ ω conserved", (Lw - L0) / np.linalg.norm(L0), 1e-10)
-        _check(
+        assert_within(f"{tag} s R Θ ω conserved", (Lw - L0) / np.linalg.norm(L0), 1e-10)
+        assert_within(
             f"{tag} rbjax.angular_momentum",
             (
                 np.asarray(rbjax.angular_momentum(model, traj.states))[b]
@@ -559,11 +561,11 @@ def test_free_scalable_body_grows_and_conserves():
         )
         assert sol.success
         ref = sol.y.T
-        _check(f"{tag} s vs solve_ivp", s / np.sum(ref[:, 3:7] ** 2, -1) - 1.0, 1e-10)
-        _check(f"{tag} ω vs solve_ivp", w - ref[:, 11:14], 1e-9)
-        _check(f"{tag} ν vs solve_ivp", nu - ref[:, 10], 1e-9)
-        _check(f"{tag} A vs solve_ivp", a - ref[:, 3:7], 1e-9)
-        _check(f"{tag} r vs solve_ivp", q[:, 0:3] - ref[:, 0:3], 1e-11)
+        assert_within(f"{tag} s vs solve_ivp", s / np.sum(ref[:, 3:7] ** 2, -1) - 1.0, 1e-10)
+        assert_within(f"{tag} ω vs solve_ivp", w - ref[:, 11:14], 1e-9)
+        assert_within(f"{tag} ν vs solve_ivp", nu - ref[:, 10], 1e-9)
+        assert_within(f"{tag} A vs solve_ivp", a - ref[:, 3:7], 1e-9)
+        assert_within(f"{tag} r vs solve_ivp", q[:, 0:3] - ref[:, 0:3], 1e-11)
 
 
 # ================================================== 7. mass matrix, kinetic energy, Q, Q⁻¹
