@@ -65,11 +65,6 @@ def matvec(m, x):
     return stack(*(m[i][0] * x[0] + m[i][1] * x[1] + m[i][2] * x[2] for i in range(3)))
 
 
-def matvec_t(m, x):
-    """m.T @ x."""
-    return stack(*(m[0][i] * x[0] + m[1][i] * x[1] + m[2][i] * x[2] for i in range(3)))
-
-
 def sym_inv(m):
     """Inverse of a symmetric 3x3 matrix by its adjugate (component-first, elementwise).
 
@@ -92,10 +87,6 @@ def sym_inv(m):
         stack(c01 * r, c11 * r, c12 * r),
         stack(c02 * r, c12 * r, c22 * r),
     )
-
-
-def trace3(m):
-    return m[0][0] + m[1][1] + m[2][2]
 
 
 # ----------------------------------------------------------------------- quaternions
