@@ -34,3 +34,17 @@ def test_example_runs_and_checks_itself(script, args, expect):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert expect in out.stdout
+
+
+def test_readme_example_runs():
+    """The README's Python example executes as written and its numbers are the physics claimed."""
+    text = (ROOT / "README.md").read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.strip().splitlines()
+    energy = float(lines[1])
+    assert abs(energy - 25.00005) < 1e-9  # ½ωᵀΘω of ω0 = (0.01, 5, 0), conserved
+    assert "-50.0001" in lines[2]  # λ = −ωᵀΘω (eq. 96)
