@@ -6,6 +6,36 @@ docs/architecture.md. Quaternion algebra: ``rbjax.quaternion``.
 
 from . import quaternion as quaternion
 from ._body import Body as Body
+from ._constraints import (
+    CD as CD,
+)
+from ._constraints import (
+    DP1 as DP1,
+)
+from ._constraints import (
+    DP2 as DP2,
+)
+from ._constraints import (
+    GROUND as GROUND,
+)
+from ._constraints import (
+    AbstractConstraint as AbstractConstraint,
+)
+from ._constraints import (
+    D as D,
+)
+from ._constraints import (
+    constraint_gamma as constraint_gamma,
+)
+from ._constraints import (
+    constraint_jacobian as constraint_jacobian,
+)
+from ._constraints import (
+    constraint_jacobian_pi as constraint_jacobian_pi,
+)
+from ._constraints import (
+    constraint_residual as constraint_residual,
+)
 from ._dynamics import (
     AbstractFormulation as AbstractFormulation,
 )

@@ -1,0 +1,211 @@
+"""The four basic geometric constraints of ME751 (seed 004) with driving functions f(t).
+
+Each constraint relates body i and body j of a system (either may be ``GROUND`` = −1: the
+world frame, r = 0, p = (1, 0, 0, 0)). With the orientation matrix A(p) = E(p) G(p)ᵀ of seed
+004 (the quaternion transform of seed 000 eq. (27), which equals R for unit p):
+
+=====  ==========================================  =========================================
+name   residual Φ(q_i, q_j, t)                     meaning (f ≡ 0)
+=====  ==========================================  =========================================
+DP1    āᵢᵀ Aᵢᵀ Aⱼ āⱼ − f(t)                          body vectors āᵢ, āⱼ perpendicular
+DP2    āᵢᵀ Aᵢᵀ d_ij − f(t)                           āᵢ perpendicular to the segment P_i Q_j
+D      d_ijᵀ d_ij − f(t)                             distance between P_i and Q_j is √f
+CD     cᵀ d_ij − f(t)                                coordinate difference along world c is f
+=====  ==========================================  =========================================
+
+with d_ij = r_j + A_j s̄_j^Q − r_i − A_i s̄_i^P. Nobody hand-derives a Jacobian: Φ_q comes from
+``jax.jacfwd`` and the acceleration right-hand side γ from nested ``jax.jvp`` of the residual
+alone (:func:`constraint_jacobian`, :func:`constraint_gamma`), so a user constraint is any JAX
+function of (q_i, q_j, t). The seed-004 formulas with B(p, s̄) matrices are kept in the tests.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from . import _quaternion as quat
+from ._errors import check_finite
+
+GROUND = -1
+
+
+def _zero(t):
+    return jnp.zeros_like(t)
+
+
+class AbstractConstraint(eqx.Module):
+    """A scalar or vector residual between bodies ``body_i`` and ``body_j`` (static indices)."""
+
+    body_i: int = eqx.field(static=True)
+    body_j: int = eqx.field(static=True)
+
+    @abc.abstractmethod
+    def residual(
+        self, qi: Float[Array, "7"], qj: Float[Array, "7"], t: Float[Array, ""]
+    ) -> Float[Array, " m"]:
+        """Φ(q_i, q_j, t) for ONE system; q = (r, p) in the state convention."""
+
+
+def _vec(name, x):
+    if np.shape(x) != (3,):
+        raise ValueError(
+            f"{name} has shape {np.shape(x)}, expected (3,). Fix: pass one 3-vector in body axes."
+        )
+    check_finite(name, x, "give a finite 3-vector")
+    x = jnp.asarray(x)
+    return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.result_type(float))
+
+
+def _points(qi, qj, si, sj):
+    """d_ij = r_j + A_j s̄_j − r_i − A_i s̄_i (seed 004), with A(p) s̄ = E(p)G(p)ᵀ s̄."""
+    return qj[0:3] + quat.transform(qj[3:7], sj) - qi[0:3] - quat.transform(qi[3:7], si)
+
+
+class DP1(AbstractConstraint):
+    """Φ^DP1 = āᵢᵀ Aᵢᵀ Aⱼ āⱼ − f(t) (seed 004): the dot product of two body-fixed vectors."""
+
+    a_i: Float[Array, "3"]
+    a_j: Float[Array, "3"]
+    f: Callable = eqx.field(static=True, default=_zero)
+
+    def __init__(self, body_i: int, a_i, body_j: int, a_j, f: Callable = _zero):
+        self.body_i, self.body_j = int(body_i), int(body_j)
+        self.a_i, self.a_j = _vec("DP1.a_i", a_i), _vec("DP1.a_j", a_j)
+        self.f = f
+
+    def residual(self, qi, qj, t):
+        ai = quat.transform(qi[3:7], self.a_i)
+        aj = quat.transform(qj[3:7], self.a_j)
+        return jnp.atleast_1d(jnp.dot(ai, aj) - self.f(t))
+
+
+class DP2(AbstractConstraint):
+    """Φ^DP2 = āᵢᵀ Aᵢᵀ d_ij − f(t) (seed 004)."""
+
+    a_i: Float[Array, "3"]
+    s_i: Float[Array, "3"]
+    s_j: Float[Array, "3"]
+    f: Callable = eqx.field(static=True, default=_zero)
+
+    def __init__(self, body_i: int, a_i, s_i, body_j: int, s_j, f: Callable = _zero):
+        self.body_i, self.body_j = int(body_i), int(body_j)
+        self.a_i, self.s_i, self.s_j = (
+            _vec("DP2.a_i", a_i),
+            _vec("DP2.s_i", s_i),
+            _vec("DP2.s_j", s_j),
+        )
+        self.f = f
+
+    def residual(self, qi, qj, t):
+        ai = quat.transform(qi[3:7], self.a_i)
+        return jnp.atleast_1d(jnp.dot(ai, _points(qi, qj, self.s_i, self.s_j)) - self.f(t))
+
+
+class D(AbstractConstraint):
+    """Φ^D = d_ijᵀ d_ij − f(t) (seed 004): squared distance between two body points."""
+
+    s_i: Float[Array, "3"]
+    s_j: Float[Array, "3"]
+    f: Callable = eqx.field(static=True, default=_zero)
+
+    def __init__(self, body_i: int, s_i, body_j: int, s_j, f: Callable = _zero):
+        self.body_i, self.body_j = int(body_i), int(body_j)
+        self.s_i, self.s_j = _vec("D.s_i", s_i), _vec("D.s_j", s_j)
+        self.f = f
+
+    def residual(self, qi, qj, t):
+        d = _points(qi, qj, self.s_i, self.s_j)
+        return jnp.atleast_1d(jnp.dot(d, d) - self.f(t))
+
+
+class CD(AbstractConstraint):
+    """Φ^CD = cᵀ d_ij − f(t) (seed 004): a coordinate difference along the world vector c."""
+
+    c: Float[Array, "3"]
+    s_i: Float[Array, "3"]
+    s_j: Float[Array, "3"]
+    f: Callable = eqx.field(static=True, default=_zero)
+
+    def __init__(self, c, body_i: int, s_i, body_j: int, s_j, f: Callable = _zero):
+        self.body_i, self.body_j = int(body_i), int(body_j)
+        self.c, self.s_i, self.s_j = _vec("CD.c", c), _vec("CD.s_i", s_i), _vec("CD.s_j", s_j)
+        self.f = f
+
+    def residual(self, qi, qj, t):
+        return jnp.atleast_1d(jnp.dot(self.c, _points(qi, qj, self.s_i, self.s_j)) - self.f(t))
+
+
+def _ground(dtype):
+    return jnp.asarray([0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0], dtype)
+
+
+def constraint_residual(con: AbstractConstraint, q: Float[Array, "nb 7"], t) -> Float[Array, " m"]:
+    """Φ(q, t) of one constraint for a system with coordinates q (nb, 7)."""
+    g = _ground(q.dtype)
+    qi = g if con.body_i == GROUND else q[con.body_i]
+    qj = g if con.body_j == GROUND else q[con.body_j]
+    return con.residual(qi, qj, jnp.asarray(t, q.dtype))
+
+
+def constraint_jacobian(
+    con: AbstractConstraint, q: Float[Array, "nb 7"], t
+) -> Float[Array, "m nb 7"]:
+    """Φ_q = ∂Φ/∂q by ``jax.jacfwd`` (the δp flavour of seed 004: columns per (r_k, p_k))."""
+    return jax.jacfwd(lambda qq: constraint_residual(con, qq, t))(q)
+
+
+def constraint_gamma(
+    con: AbstractConstraint, q: Float[Array, "nb 7"], qdot: Float[Array, "nb 7"], t
+) -> Float[Array, " m"]:
+    """γ = −(Φ_q q̇)_q q̇ − 2 Φ_qt q̇ − Φ_tt, so that Φ_q q̈ = γ (nested jvp, no hand derivation).
+
+    Obtained as −Φ̈ evaluated with q̈ = 0: the second derivative of t ↦ Φ(q + q̇ τ, t + τ) at
+    τ = 0 along the straight line, which contains exactly the three terms above.
+    """
+    t = jnp.asarray(t, q.dtype)
+
+    def along(tau):
+        return constraint_residual(con, q + tau * qdot, t + tau)
+
+    def first(tau):
+        return jax.jvp(along, (tau,), (jnp.ones_like(tau),))[1]
+
+    zero = jnp.zeros((), q.dtype)
+    return -jax.jvp(first, (zero,), (jnp.ones_like(zero),))[1]
+
+
+def constraint_jacobian_pi(
+    con: AbstractConstraint, q: Float[Array, "nb 7"], t
+) -> Float[Array, "m nb 6"]:
+    """[Φ_r, Φ_π̄]: the Jacobian with respect to virtual translations and body-frame virtual
+    rotations δπ̄ (the δπ̄ flavour of seed 004), for unit quaternions.
+
+    A virtual rotation moves p by δp = ½ p (0, δπ̄) = ½ G(p)ᵀ δπ̄, so Φ_π̄ = ½ Φ_p G(p)ᵀ. It is
+    obtained by autodiff (one jvp per direction), never from per-constraint formulas.
+    """
+    t = jnp.asarray(t, q.dtype)
+    nb = q.shape[0]
+    eye6 = jnp.eye(6, dtype=q.dtype)
+
+    def direction(k, body):
+        dr = jnp.zeros((nb, 3), q.dtype).at[body].set(eye6[k, 0:3])
+        dpi = jnp.zeros((nb, 3), q.dtype).at[body].set(eye6[k, 3:6])
+        zeros = jnp.zeros((nb, 1), q.dtype)
+        dp = 0.5 * quat.mul(q[:, 3:7], jnp.concatenate([zeros, dpi], axis=-1))
+        return jnp.concatenate([dr, dp], axis=-1)
+
+    cols = [
+        [
+            jax.jvp(lambda qq: constraint_residual(con, qq, t), (q,), (direction(k, b),))[1]
+            for k in range(6)
+        ]
+        for b in range(nb)
+    ]
+    return jnp.stack([jnp.stack(c, axis=-1) for c in cols], axis=-2)
