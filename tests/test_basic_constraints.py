@@ -241,7 +241,7 @@ def velocities(cfg, consistent):
     return np.concatenate([cfg["rdot"], pdot], axis=1)
 
 
-def close_rel(actual, expected, rtol, err_msg=""):
+def assert_close_rel(actual, expected, rtol, err_msg=""):
     expected = np.asarray(expected)
     scale = max(1.0, float(np.max(np.abs(expected))))
     assert_close(actual, expected, rtol=rtol, atol=rtol * scale, err_msg=err_msg)
@@ -267,20 +267,20 @@ def test_reference_B_is_jacobian_of_A_sbar(seed):
     p, s = rng.normal(size=4), rng.normal(size=3)
     h = 1e-6
     fd = np.stack([(A_np(p + h * e) @ s - A_np(p - h * e) @ s) / (2 * h) for e in np.eye(4)], 1)
-    close_rel(B_np(p, s), fd, 1e-6)
+    assert_close_rel(B_np(p, s), fd, 1e-6)
     # Euler's theorem for the quadratic A(p)s̄: B(p, s̄) p = 2 A(p) s̄
-    close_rel(B_np(p, s) @ p, 2 * A_np(p) @ s, 1e-13)
+    assert_close_rel(B_np(p, s) @ p, 2 * A_np(p) @ s, 1e-13)
     # for unit p, A = E Gᵀ is a proper rotation and equals the quaternion sandwich p (0,s) p*
     pu = p / np.linalg.norm(p)
     Au = A_np(pu)
-    close_rel(Au.T @ Au, I3, 1e-13)
-    close_rel(np.linalg.det(Au), 1.0, 1e-13)
+    assert_close_rel(Au.T @ Au, I3, 1e-13)
+    assert_close_rel(np.linalg.det(Au), 1.0, 1e-13)
     conj = pu * np.array([1.0, -1.0, -1.0, -1.0])
     sandwich = qmul_np(qmul_np(pu, np.concatenate([[0.0], s])), conj)
-    close_rel(Au @ s, sandwich[1:], 1e-13)
+    assert_close_rel(Au @ s, sandwich[1:], 1e-13)
     # ½ G(p)ᵀ ω̄ = ½ p ⊗ (0, ω̄) (the ṗ used for consistent velocities)
     w = rng.normal(size=3)
-    close_rel(0.5 * G_np(pu).T @ w, 0.5 * qmul_np(pu, np.concatenate([[0.0], w])), 1e-13)
+    assert_close_rel(0.5 * G_np(pu).T @ w, 0.5 * qmul_np(pu, np.concatenate([[0.0], w])), 1e-13)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -302,7 +302,7 @@ def test_reference_pi_jacobian_matches_finite_rotations(kind):
                     qm[k, 3:7] = rotate_body(q[k, 3:7], -h * I3[m - 3])
                 diff = residual_np(kind, cfg, qp, t) - residual_np(kind, cfg, qm, t)
                 fd[0, k, m] = diff[0] / (2 * h)
-        close_rel(jac_pi_np(kind, cfg, q), fd, 1e-6, err_msg=f"{kind} seed {seed}")
+        assert_close_rel(jac_pi_np(kind, cfg, q), fd, 1e-6, err_msg=f"{kind} seed {seed}")
 
 
 def test_seed_printed_dp2_pi_term_is_wrong():
@@ -390,7 +390,9 @@ def test_residual(kind, driven):
     got = rb_batch(RES, kind, cases, driven)
     for (cfg, q, _, t), g in zip(cases, got, strict=True):
         assert g.shape == (1,)
-        close_rel(g, residual_np(kind, cfg, q, t, driven), 1e-12, f"{kind} {cfg['bi'], cfg['bj']}")
+        assert_close_rel(
+            g, residual_np(kind, cfg, q, t, driven), 1e-12, f"{kind} {cfg['bi'], cfg['bj']}"
+        )
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -400,7 +402,7 @@ def test_jacobian_p_flavour(kind):
     got = rb_batch(JAC, kind, cases, driven=True)
     for (cfg, q, _, _), g in zip(cases, got, strict=True):
         assert g.shape == (1, NB, 7)
-        close_rel(g, jac_p_np(kind, cfg, q), 1e-12, f"{kind} {cfg['bi'], cfg['bj']}")
+        assert_close_rel(g, jac_p_np(kind, cfg, q), 1e-12, f"{kind} {cfg['bi'], cfg['bj']}")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -413,11 +415,11 @@ def test_jacobian_pi_flavour(kind):
     for (cfg, q, qd, _), g, gp in zip(cases, got, got_p, strict=True):
         msg = f"{kind} {cfg['bi'], cfg['bj']}"
         assert g.shape == (1, NB, 6)
-        close_rel(g, jac_pi_np(kind, cfg, q), 1e-12, msg)
+        assert_close_rel(g, jac_pi_np(kind, cfg, q), 1e-12, msg)
         for k in set(range(NB)) - {cfg["bi"], cfg["bj"]}:
             assert np.all(g[:, k] == 0.0) and np.all(gp[:, k] == 0.0), msg
         nu = np.concatenate([cfg["rdot"], cfg["omega"]], axis=1)
-        close_rel(np.einsum("mbk,bk->m", gp, qd), np.einsum("mbk,bk->m", g, nu), 1e-12, msg)
+        assert_close_rel(np.einsum("mbk,bk->m", gp, qd), np.einsum("mbk,bk->m", g, nu), 1e-12, msg)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -434,9 +436,9 @@ def test_gamma(kind):
     for (cfg, q, qd, t), g0, g1 in zip(cases, free, driven, strict=True):
         msg = f"{kind} {cfg['bi'], cfg['bj']}"
         assert g0.shape == (1,) and g1.shape == (1,)
-        close_rel(g0, gamma_np(kind, cfg, q, qd, t, False), 1e-12, msg)
-        close_rel(g1, gamma_np(kind, cfg, q, qd, t, True), 1e-12, msg)
-        close_rel(g1 - g0, [fdd_np(t)], 1e-12, msg)  # the driver only adds f̈(t)
+        assert_close_rel(g0, gamma_np(kind, cfg, q, qd, t, False), 1e-12, msg)
+        assert_close_rel(g1, gamma_np(kind, cfg, q, qd, t, True), 1e-12, msg)
+        assert_close_rel(g1 - g0, [fdd_np(t)], 1e-12, msg)  # the driver only adds f̈(t)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -452,7 +454,7 @@ def test_gamma_finite_difference(kind):
             return (phi[0] - 2 * phi[1] + phi[2]) / h**2
 
         fd = -(4 * d2(h / 2) - d2(h)) / 3
-        close_rel(g, fd, 1e-6, f"{kind} {cfg['bi'], cfg['bj']}")
+        assert_close_rel(g, fd, 1e-6, f"{kind} {cfg['bi'], cfg['bj']}")
 
 
 def test_unbatched_and_jit_calls():
@@ -464,16 +466,22 @@ def test_unbatched_and_jit_calls():
             q, t = cfg["q"], cfg["t"]
             qd = velocities(cfg, True)
             qj, qdj = jnp.asarray(q), jnp.asarray(qd)
-            close_rel(constraint_residual(con, qj, t), residual_np(kind, cfg, q, t, True), 1e-12)
-            close_rel(constraint_jacobian(con, qj, t), jac_p_np(kind, cfg, q), 1e-12)
-            close_rel(constraint_gamma(con, qj, qdj, t), gamma_np(kind, cfg, q, qd, t, True), 1e-12)
+            assert_close_rel(
+                constraint_residual(con, qj, t), residual_np(kind, cfg, q, t, True), 1e-12
+            )
+            assert_close_rel(constraint_jacobian(con, qj, t), jac_p_np(kind, cfg, q), 1e-12)
+            assert_close_rel(
+                constraint_gamma(con, qj, qdj, t), gamma_np(kind, cfg, q, qd, t, True), 1e-12
+            )
     cfg = random_config(2)  # (GROUND, 0)
     con = make("DP2", cfg, driven=True)
     q, t = cfg["q"], cfg["t"]
     qd = velocities(cfg, True)
-    close_rel(constraint_jacobian_pi(con, jnp.asarray(q), t), jac_pi_np("DP2", cfg, q), 1e-12)
+    assert_close_rel(
+        constraint_jacobian_pi(con, jnp.asarray(q), t), jac_pi_np("DP2", cfg, q), 1e-12
+    )
     jitted = jax.jit(constraint_gamma)(con, jnp.asarray(q), jnp.asarray(qd), jnp.asarray(t))
-    close_rel(jitted, gamma_np("DP2", cfg, q, qd, t, True), 1e-12)
+    assert_close_rel(jitted, gamma_np("DP2", cfg, q, qd, t, True), 1e-12)
 
 
 # ------------------------------------------------------------------------------- validation
@@ -520,4 +528,4 @@ def test_integer_vectors_accepted():
     con = CD([1, 0, 0], 0, [0, 1, 0], 1, [0, 0, 1])
     cfg.update(c=np.array([1.0, 0, 0]), s_i=np.array([0, 1.0, 0]), s_j=np.array([0, 0, 1.0]))
     got = constraint_residual(con, jnp.asarray(cfg["q"]), 0.0)
-    close_rel(got, residual_np("CD", cfg, cfg["q"], 0.0), 1e-12)
+    assert_close_rel(got, residual_np("CD", cfg, cfg["q"], 0.0), 1e-12)
