@@ -111,7 +111,23 @@ from ._integrators import (
 from ._integrators import (
     SemiImplicitEuler as SemiImplicitEuler,
 )
+from ._joints import AbstractJoint as AbstractJoint
+from ._joints import CustomConstraint as CustomConstraint
+from ._joints import Cylindrical as Cylindrical
+from ._joints import Distance as Distance
+from ._joints import Fixed as Fixed
+from ._joints import Parallel as Parallel
+from ._joints import Perpendicular as Perpendicular
+from ._joints import PointOnLine as PointOnLine
+from ._joints import Revolute as Revolute
+from ._joints import RotationDriver as RotationDriver
+from ._joints import Spherical as Spherical
+from ._joints import Translational as Translational
+from ._joints import TranslationDriver as TranslationDriver
+from ._joints import Universal as Universal
 from ._model import Model as Model
+from ._reactions import Reactions as Reactions
+from ._reactions import reactions as reactions
 from ._simulate import (
     RESULT_NONFINITE as RESULT_NONFINITE,
 )

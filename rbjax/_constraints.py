@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from . import _cf as cf
 from . import _quaternion as quat
 from ._errors import check_finite
 
@@ -41,16 +42,33 @@ def _zero(t):
 
 
 class AbstractConstraint(eqx.Module):
-    """A scalar or vector residual between bodies ``body_i`` and ``body_j`` (static indices)."""
+    """A residual vector Φ(q_i, q_j, t) between bodies ``body_i`` and ``body_j``.
 
-    body_i: int = eqx.field(static=True)
-    body_j: int = eqx.field(static=True)
+    ``body_i`` / ``body_j`` are static: a body index, a body name (resolved by
+    :class:`rbjax.Model`) or ``GROUND`` (−1, the world frame: r = 0, p = (1, 0, 0, 0)).
+
+    :meth:`residual` is written COMPONENT-FIRST: ``qi`` and ``qj`` have shape (7, ...) and the
+    result (m, ...), where "..." is anything broadcastable (nothing for one system; batch and
+    joint axes inside the engine). Array fields of concrete constraints are 3-vectors of shape
+    (3,) or scalars; the engine stacks joints of one type along a trailing axis and evaluates them
+    together. ``f`` (driving function) is any JAX function of t, or an equinox Module whose array
+    fields are differentiable parameters. To write a constraint as a plain function of ONE
+    system's (q_i, q_j, t), use :class:`rbjax.CustomConstraint`.
+    """
+
+    body_i: int | str = eqx.field(static=True)
+    body_j: int | str = eqx.field(static=True)
+    name: str = eqx.field(static=True)
 
     @abc.abstractmethod
-    def residual(
-        self, qi: Float[Array, "7"], qj: Float[Array, "7"], t: Float[Array, ""]
-    ) -> Float[Array, " m"]:
-        """Φ(q_i, q_j, t) for ONE system; q = (r, p) in the state convention."""
+    def residual(self, qi, qj, t) -> Float[Array, " m ..."]:
+        """Φ(q_i, q_j, t), component-first: qi, qj (7, ...), t (...) -> (m, ...)."""
+
+    def frame(self):
+        """(s̄_i, s̄_j, R̄_i, R̄_j): joint points in body i / body j axes and the joint frames
+        (columns x̄, ȳ, z̄) in which reactions are reported; defaults to the body frames."""
+        z = jnp.zeros(3)
+        return z, z, jnp.eye(3), jnp.eye(3)
 
 
 def _vec(name, x):
@@ -63,9 +81,27 @@ def _vec(name, x):
     return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.result_type(float))
 
 
+def _check_f(name, f):
+    if not callable(f):
+        raise ValueError(
+            f"{name}.f = {f!r} is not callable. Fix: pass a driving function f(t), e.g. lambda t: 0.5 * t."
+        )
+    return f
+
+
+def point(q, s):
+    """World position r + A s̄ of the body point s̄ (component-first; A s̄ = E(p)G(p)ᵀ s̄)."""
+    return q[0:3] + cf.transform(q[3:7], s)
+
+
+def axis(q, a):
+    """World direction A ā of the body vector ā (component-first)."""
+    return cf.transform(q[3:7], a)
+
+
 def _points(qi, qj, si, sj):
-    """d_ij = r_j + A_j s̄_j − r_i − A_i s̄_i (seed 004), with A(p) s̄ = E(p)G(p)ᵀ s̄."""
-    return qj[0:3] + quat.transform(qj[3:7], sj) - qi[0:3] - quat.transform(qi[3:7], si)
+    """d_ij = r_j + A_j s̄_j − r_i − A_i s̄_i (seed 004)."""
+    return point(qj, sj) - point(qi, si)
 
 
 class DP1(AbstractConstraint):
@@ -73,17 +109,15 @@ class DP1(AbstractConstraint):
 
     a_i: Float[Array, "3"]
     a_j: Float[Array, "3"]
-    f: Callable = eqx.field(static=True, default=_zero)
+    f: Callable = _zero
 
-    def __init__(self, body_i: int, a_i, body_j: int, a_j, f: Callable = _zero):
-        self.body_i, self.body_j = int(body_i), int(body_j)
-        self.a_i, self.a_j = _vec("DP1.a_i", a_i), _vec("DP1.a_j", a_j)
-        self.f = f
+    def __init__(self, body_i, a_i, body_j, a_j, f: Callable = _zero, *, name: str = "DP1"):
+        self.body_i, self.body_j, self.name = body_i, body_j, name
+        self.a_i, self.a_j = _vec(f"{name}.a_i", a_i), _vec(f"{name}.a_j", a_j)
+        self.f = _check_f(name, f)
 
     def residual(self, qi, qj, t):
-        ai = quat.transform(qi[3:7], self.a_i)
-        aj = quat.transform(qj[3:7], self.a_j)
-        return jnp.atleast_1d(jnp.dot(ai, aj) - self.f(t))
+        return cf.stack(cf.dot3(axis(qi, self.a_i), axis(qj, self.a_j)) - self.f(t))
 
 
 class DP2(AbstractConstraint):
@@ -92,20 +126,20 @@ class DP2(AbstractConstraint):
     a_i: Float[Array, "3"]
     s_i: Float[Array, "3"]
     s_j: Float[Array, "3"]
-    f: Callable = eqx.field(static=True, default=_zero)
+    f: Callable = _zero
 
-    def __init__(self, body_i: int, a_i, s_i, body_j: int, s_j, f: Callable = _zero):
-        self.body_i, self.body_j = int(body_i), int(body_j)
-        self.a_i, self.s_i, self.s_j = (
-            _vec("DP2.a_i", a_i),
-            _vec("DP2.s_i", s_i),
-            _vec("DP2.s_j", s_j),
-        )
-        self.f = f
+    def __init__(self, body_i, a_i, s_i, body_j, s_j, f: Callable = _zero, *, name: str = "DP2"):
+        self.body_i, self.body_j, self.name = body_i, body_j, name
+        self.a_i = _vec(f"{name}.a_i", a_i)
+        self.s_i, self.s_j = _vec(f"{name}.s_i", s_i), _vec(f"{name}.s_j", s_j)
+        self.f = _check_f(name, f)
 
     def residual(self, qi, qj, t):
-        ai = quat.transform(qi[3:7], self.a_i)
-        return jnp.atleast_1d(jnp.dot(ai, _points(qi, qj, self.s_i, self.s_j)) - self.f(t))
+        d = _points(qi, qj, self.s_i, self.s_j)
+        return cf.stack(cf.dot3(axis(qi, self.a_i), d) - self.f(t))
+
+    def frame(self):
+        return self.s_i, self.s_j, jnp.eye(3), jnp.eye(3)
 
 
 class D(AbstractConstraint):
@@ -113,16 +147,19 @@ class D(AbstractConstraint):
 
     s_i: Float[Array, "3"]
     s_j: Float[Array, "3"]
-    f: Callable = eqx.field(static=True, default=_zero)
+    f: Callable = _zero
 
-    def __init__(self, body_i: int, s_i, body_j: int, s_j, f: Callable = _zero):
-        self.body_i, self.body_j = int(body_i), int(body_j)
-        self.s_i, self.s_j = _vec("D.s_i", s_i), _vec("D.s_j", s_j)
-        self.f = f
+    def __init__(self, body_i, s_i, body_j, s_j, f: Callable = _zero, *, name: str = "D"):
+        self.body_i, self.body_j, self.name = body_i, body_j, name
+        self.s_i, self.s_j = _vec(f"{name}.s_i", s_i), _vec(f"{name}.s_j", s_j)
+        self.f = _check_f(name, f)
 
     def residual(self, qi, qj, t):
         d = _points(qi, qj, self.s_i, self.s_j)
-        return jnp.atleast_1d(jnp.dot(d, d) - self.f(t))
+        return cf.stack(cf.dot3(d, d) - self.f(t))
+
+    def frame(self):
+        return self.s_i, self.s_j, jnp.eye(3), jnp.eye(3)
 
 
 class CD(AbstractConstraint):
@@ -131,15 +168,19 @@ class CD(AbstractConstraint):
     c: Float[Array, "3"]
     s_i: Float[Array, "3"]
     s_j: Float[Array, "3"]
-    f: Callable = eqx.field(static=True, default=_zero)
+    f: Callable = _zero
 
-    def __init__(self, c, body_i: int, s_i, body_j: int, s_j, f: Callable = _zero):
-        self.body_i, self.body_j = int(body_i), int(body_j)
-        self.c, self.s_i, self.s_j = _vec("CD.c", c), _vec("CD.s_i", s_i), _vec("CD.s_j", s_j)
-        self.f = f
+    def __init__(self, c, body_i, s_i, body_j, s_j, f: Callable = _zero, *, name: str = "CD"):
+        self.body_i, self.body_j, self.name = body_i, body_j, name
+        self.c = _vec(f"{name}.c", c)
+        self.s_i, self.s_j = _vec(f"{name}.s_i", s_i), _vec(f"{name}.s_j", s_j)
+        self.f = _check_f(name, f)
 
     def residual(self, qi, qj, t):
-        return jnp.atleast_1d(jnp.dot(self.c, _points(qi, qj, self.s_i, self.s_j)) - self.f(t))
+        return cf.stack(cf.dot3(self.c, _points(qi, qj, self.s_i, self.s_j)) - self.f(t))
+
+    def frame(self):
+        return self.s_i, self.s_j, jnp.eye(3), jnp.eye(3)
 
 
 def _ground(dtype):
@@ -147,8 +188,14 @@ def _ground(dtype):
 
 
 def constraint_residual(con: AbstractConstraint, q: Float[Array, "nb 7"], t) -> Float[Array, " m"]:
-    """Φ(q, t) of one constraint for a system with coordinates q (nb, 7)."""
+    """Φ(q, t) of one constraint for ONE system with coordinates q (nb, 7) (integer bodies)."""
     g = _ground(q.dtype)
+    for b in (con.body_i, con.body_j):
+        if not isinstance(b, (int, np.integer)):
+            raise ValueError(
+                f"constraint '{con.name}' names body {b!r}; constraint_residual needs integer body "
+                "indices. Fix: build an rbjax.Model, which resolves body names."
+            )
     qi = g if con.body_i == GROUND else q[con.body_i]
     qj = g if con.body_j == GROUND else q[con.body_j]
     return con.residual(qi, qj, jnp.asarray(t, q.dtype))

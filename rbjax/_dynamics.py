@@ -32,6 +32,7 @@ from jaxtyping import Array, Float
 from . import _cf as cf
 from . import _quaternion as quat
 from ._forces import Resultants, total_resultants
+from ._mechanics import joint_terms, solve_multipliers
 from ._state import State
 
 # ---------------------------------------------------------------- layout at the boundary
@@ -72,6 +73,22 @@ def mvec(model, x):
 
 
 # ------------------------------------------------------------------------ formulations
+
+
+def constrained(model, kin, t, q, u, a, lam_nu_free):
+    """Add the joint constraint forces to the unconstrained acceleration ``a`` (ν̇ = 0 set for
+    rigid bodies). Returns (u̇, λ) with λ = (scaling multipliers (..., nb), joint multipliers
+    (..., m)) concatenated on the last axis; see rbjax/_mechanics.py for the elimination."""
+    terms = joint_terms(model, kin, t, q, u)
+    extra = None
+    if model.baumgarte is not None:  # c̈ + 2α ċ + β² c = 0
+        al, be = model.baumgarte
+        extra = [-2.0 * al * cd - be * be * c for c, cd in zip(terms.c, terms.cdot, strict=True)]
+    lam, corr, fnu = solve_multipliers(model, terms, a, extra)
+    lam_n = jnp.where(model.rigid, lam_nu_free - fnu, 0.0)
+    lam_j = jnp.moveaxis(jnp.concatenate(lam, axis=0), 0, -1)
+    lam_n = jnp.broadcast_to(lam_n, lam_j.shape[:-1] + lam_n.shape[-1:])
+    return a + corr, jnp.concatenate([lam_n, lam_j], axis=-1)
 
 
 class AbstractFormulation(eqx.Module):
@@ -186,6 +203,11 @@ class ScalableDAE(AbstractFormulation):
         res = total_resultants(model, t, q, u)
         vdot, nudot, wdot = self._free_parts(model, res, q, u)
         qdot = self.kinematics(q, u)
+        if model.joints:
+            rigid = model.rigid
+            a = jnp.concatenate([vdot, jnp.where(rigid, 0.0, nudot)[None], wdot], axis=0)
+            udot, lam = constrained(model, self.kinematics, t, q, u, a, -nudot * half_trace(model))
+            return qdot, udot, lam
         if all(model.scalable):
             return qdot, jnp.concatenate([vdot, nudot[None], wdot], axis=0), jnp.zeros_like(q[0])
         # Schur complement (W M⁻¹ Wᵀ) λ = γ − W a with W = e_ν, γ = 0 (one scalar per body):
@@ -223,6 +245,8 @@ class NewtonEuler(AbstractFormulation):
         wdot = cf.matvec(cf.sym_inv(th), res.M - cf.cross(w, thw))
         udot = jnp.concatenate([res.F / model.mass, jnp.zeros_like(u[3])[None], wdot], axis=0)
         lam = -cf.dot3(w, thw) - res.S
+        if model.joints:
+            udot, lam = constrained(model, self.kinematics, t, q, u, udot, lam)
         return self.kinematics(q, u), udot, lam
 
 

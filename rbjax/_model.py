@@ -7,14 +7,17 @@ physical parameters (masses, inertias, gravity, force parameters) are array leav
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
 from ._body import Body
+from ._constraints import GROUND, AbstractConstraint
 from ._dynamics import AbstractFormulation, ScalableDAE
 from ._errors import check_finite, check_shape, fail, is_concrete
 from ._forces import AbstractForce
@@ -35,6 +38,8 @@ class Model(eqx.Module):
     gravity: Float[Array, "*batch 3"]
     forces: tuple[AbstractForce, ...]
     formulation: AbstractFormulation
+    joints: tuple[AbstractConstraint, ...]
+    baumgarte: tuple[Float[Array, ""], Float[Array, ""]] | None
     scalable: tuple[bool, ...] = eqx.field(static=True)
     names: tuple[str, ...] = eqx.field(static=True)
 
@@ -44,7 +49,9 @@ class Model(eqx.Module):
         *,
         gravity=(0.0, 0.0, 0.0),
         forces: Sequence[AbstractForce] = (),
+        joints: Sequence[AbstractConstraint] = (),
         formulation: AbstractFormulation | None = None,
+        baumgarte: tuple[float, float] | None = None,
     ):
         if isinstance(bodies, Body):
             bodies = [bodies]
@@ -92,8 +99,33 @@ class Model(eqx.Module):
             )
         self.scalable = tuple(b.scalable for b in bodies)
         self.names = names
+        self.joints = _resolve_joints(joints, names, dtype)
+        if baumgarte is not None:
+            if (
+                np.shape(baumgarte) != (2,)
+                or not np.all(np.isfinite(baumgarte))
+                or np.any(np.asarray(baumgarte) < 0)
+            ):
+                fail(
+                    "Model.baumgarte",
+                    baumgarte,
+                    "is not a pair (alpha, beta) of finite numbers >= 0",
+                    "pass e.g. baumgarte=(10.0, 10.0) [1/s], or None",
+                )
+            self.baumgarte = (jnp.asarray(baumgarte[0], dtype), jnp.asarray(baumgarte[1], dtype))
+        else:
+            self.baumgarte = None
         self.formulation = formulation
         formulation.check_model(self)
+
+    @property
+    def joint_names(self) -> tuple[str, ...]:
+        return tuple(j.name for j in self.joints)
+
+    @property
+    def joint_rows(self) -> tuple[int, ...]:
+        """Number of scalar equations of each joint."""
+        return tuple(_rows(j, self.inertia.dtype) for j in self.joints)
 
     @property
     def nb(self) -> int:
@@ -139,3 +171,74 @@ class Model(eqx.Module):
                     "set nu=0 for rigid bodies, or declare the body scalable=True",
                 )
         return state
+
+
+def _rows(joint, dtype) -> int:
+    q = jax.ShapeDtypeStruct((7,), dtype)
+    t = jax.ShapeDtypeStruct((), dtype)
+    return int(jax.eval_shape(joint.residual, q, q, t).shape[0])
+
+
+def _resolve_joints(joints, names, dtype):
+    """Check each joint and replace body names by indices (ValueError naming the joint)."""
+    joints = list(joints)
+    nb = len(names)
+    out = []
+    seen: dict[str, int] = {}
+    for k, j in enumerate(joints):
+        if not isinstance(j, AbstractConstraint):
+            raise ValueError(
+                f"Model(joints[{k}]) = {j!r} is not an rbjax joint or constraint. "
+                "Fix: use rbjax.Revolute, Spherical, ..., DP1/DP2/D/CD or CustomConstraint."
+            )
+        resolved = []
+        for side in ("body_i", "body_j"):
+            b = getattr(j, side)
+            if isinstance(b, str):
+                if b not in names:
+                    raise ValueError(
+                        f"joint '{j.name}' (joints[{k}]) names unknown body {side} = '{b}'. "
+                        f"The bodies are {list(names)}. Fix: use one of these names, a body "
+                        "index or rbjax.GROUND."
+                    )
+                b = names.index(b)
+            elif isinstance(b, (int, np.integer)) and not isinstance(b, bool):
+                if not (b == GROUND or 0 <= b < nb):
+                    raise ValueError(
+                        f"joint '{j.name}' (joints[{k}]) has {side} = {b}, which is not a body: "
+                        f"the model has bodies 0..{nb - 1}. Fix: use a body index, a body name "
+                        "or rbjax.GROUND (-1)."
+                    )
+                b = int(b)
+            else:
+                raise ValueError(
+                    f"joint '{j.name}' (joints[{k}]) has {side} = {b!r}. Fix: use a body index, a "
+                    "body name or rbjax.GROUND."
+                )
+            resolved.append(b)
+        if resolved[0] == resolved[1]:
+            raise ValueError(
+                f"joint '{j.name}' (joints[{k}]) connects body {resolved[0]} to itself. "
+                "Fix: a joint connects two different bodies (or a body and rbjax.GROUND)."
+            )
+        name = j.name
+        if name in seen:
+            name = f"{name}[{k}]"
+        seen[name] = k
+        j2 = copy.copy(j)
+        object.__setattr__(j2, "body_i", resolved[0])
+        object.__setattr__(j2, "body_j", resolved[1])
+        object.__setattr__(j2, "name", name)
+        try:
+            m = _rows(j2, dtype)
+        except Exception as e:  # a user residual that cannot be traced
+            raise ValueError(
+                f"joint '{name}' (joints[{k}]): its residual cannot be evaluated on q_i, q_j of "
+                f"shape (7,) ({type(e).__name__}: {e}). Fix: return a 1-D array of residuals."
+            ) from e
+        if m < 1:
+            raise ValueError(
+                f"joint '{name}' (joints[{k}]) has no equations. Fix: return >= 1 rows."
+            )
+        out.append(j2)
+    return tuple(out)

@@ -1,0 +1,387 @@
+"""Joints: the basic constraints of seed 004 composed into the usual kinematic pairs.
+
+Every joint connects a joint frame on body i, (s̄_i; x̄_i, ȳ_i, z̄_i), to one on body j,
+(s̄_j; x̄_j, ȳ_j, z̄_j), all in body axes, with ȳ = z̄ × x̄. z̄ is the joint axis (hinge axis,
+slider direction). With the world vectors a = A ā and d_ij = r_j + A_j s̄_j − r_i − A_i s̄_i
+the residuals are (ME751, seed 004 "joints from basic constraints"):
+
+==============  ====  =======================================================================
+joint           rows  residual (each line one basic constraint)
+==============  ====  =======================================================================
+Spherical       3     d_ij = 0                                      (3 × CD)
+Revolute        5     d_ij = 0;  z_iᵀx_j = 0, z_iᵀy_j = 0             (3 CD + 2 DP1)
+Universal       4     d_ij = 0;  z_iᵀz_j = 0 (the two pins stay ⟂)  (3 CD + DP1)
+Cylindrical     4     z_iᵀx_j = z_iᵀy_j = 0;  x_iᵀd_ij = y_iᵀd_ij = 0 (2 DP1 + 2 DP2)
+Translational   5     Cylindrical;  x_iᵀy_j = 0                      (3 DP1 + 2 DP2)
+Fixed           6     d_ij = 0;  z_iᵀx_j = z_iᵀy_j = x_iᵀy_j = 0     (3 CD + 3 DP1)
+Distance        1     d_ijᵀd_ij − L² = 0                             (D)
+Parallel        2     z_iᵀx_j = z_iᵀy_j = 0                          (2 DP1)
+Perpendicular   1     z_iᵀz_j = 0                                    (DP1)
+PointOnLine     2     x_iᵀd_ij = y_iᵀd_ij = 0                        (2 DP2)
+RotationDriver  1     (y_iᵀx_j) cos θ(t) − (x_iᵀx_j) sin θ(t) = 0    (angle of x_j about z_i)
+TranslationDriver 1   z_iᵀd_ij − f(t) = 0                            (DP2 with driver)
+==============  ====  =======================================================================
+
+The rotation driver's residual is sin(φ − θ) for the actual angle φ of x_j from x_i about z_i:
+smooth for every θ (no branch of atan2), and zero with a full-rank row at φ = θ.
+
+Build a joint either in body axes (``Revolute(i, j, s_i=..., s_j=..., z_i=..., z_j=...)``) or,
+usually simpler, from a reference configuration and world-frame data with ``.at(q, i, j,
+point=..., axis=...)``, which converts the world point and axis into each body's axes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from . import _cf as cf
+from ._constraints import GROUND, AbstractConstraint, _check_f, _vec, _zero, axis, point
+
+
+def _unit(name, x):
+    x = np.asarray(x, dtype=float)
+    n = np.linalg.norm(x)
+    if not n > 1e-12:
+        raise ValueError(f"{name} = {x.tolist()} has zero length. Fix: give a direction vector.")
+    return x / n
+
+
+def _perpendicular(z):
+    """A unit vector ⟂ z: the world axis least aligned with z, orthogonalised."""
+    e = np.eye(3)[int(np.argmin(np.abs(z)))]
+    x = e - np.dot(e, z) * z
+    return x / np.linalg.norm(x)
+
+
+def _frame_vectors(name, z, x):
+    """Validate (z, x) in body axes; default x ⟂ z. Returns unit z and unit x with xᵀz = 0."""
+    z = _unit(f"{name}.z", z)
+    if x is None:
+        return z, _perpendicular(z)
+    x = _unit(f"{name}.x", x)
+    if abs(np.dot(x, z)) > 1e-9:
+        raise ValueError(
+            f"{name}: x = {x.tolist()} is not perpendicular to z = {z.tolist()} "
+            f"(xᵀz = {np.dot(x, z):.3g}). Fix: give a reference direction x ⟂ z, or omit x."
+        )
+    return z, x
+
+
+class AbstractJoint(AbstractConstraint):
+    """A joint between two joint frames (point s̄, axes x̄, z̄ in body axes; ȳ = z̄ × x̄)."""
+
+    s_i: Float[Array, "3"]
+    s_j: Float[Array, "3"]
+    z_i: Float[Array, "3"]
+    z_j: Float[Array, "3"]
+    x_i: Float[Array, "3"]
+    x_j: Float[Array, "3"]
+
+    def __init__(
+        self,
+        body_i,
+        body_j,
+        *,
+        s_i=(0.0, 0.0, 0.0),
+        s_j=(0.0, 0.0, 0.0),
+        z_i=(0.0, 0.0, 1.0),
+        z_j=None,
+        x_i=None,
+        x_j=None,
+        name: str | None = None,
+    ):
+        name = type(self).__name__ if name is None else name
+        self.body_i, self.body_j, self.name = body_i, body_j, name
+        zi, xi = _frame_vectors(f"{name} (body i frame)", z_i, x_i)
+        zj, xj = _frame_vectors(f"{name} (body j frame)", zi if z_j is None else z_j, x_j)
+        if z_j is None and x_j is None:
+            xj = xi
+        self.s_i, self.s_j = _vec(f"{name}.s_i", s_i), _vec(f"{name}.s_j", s_j)
+        self.z_i, self.z_j = _vec(f"{name}.z_i", zi), _vec(f"{name}.z_j", zj)
+        self.x_i, self.x_j = _vec(f"{name}.x_i", xi), _vec(f"{name}.x_j", xj)
+
+    @classmethod
+    def at(cls, q, body_i, body_j, *, point, axis=(0.0, 0.0, 1.0), x=None, name=None, **kwargs):
+        """Build the joint from a reference configuration q (nb, 7) and world-frame data.
+
+        ``point`` is the joint origin and ``axis`` the joint axis z in world coordinates (in the
+        configuration q), ``x`` an optional world reference direction ⟂ axis (default: any). The
+        joint frames in body axes are s̄ = Aᵀ(point − r), z̄ = Aᵀ axis, x̄ = Aᵀ x, so the joint
+        is satisfied exactly in q. Other keyword arguments go to the constructor.
+        """
+        q = np.asarray(q, dtype=float)
+        if q.ndim != 2 or q.shape[-1] != 7:
+            raise ValueError(
+                f"{cls.__name__}.at: q has shape {q.shape}, expected (nb, 7). "
+                "Fix: pass one system's coordinates, e.g. state.q."
+            )
+        z = _unit(f"{cls.__name__}.at axis", axis)
+        x = _perpendicular(z) if x is None else _unit(f"{cls.__name__}.at x", x)
+        pnt = np.asarray(point, dtype=float)
+
+        def body_frame(b):
+            if b == GROUND:
+                return pnt, z, x
+            if not isinstance(b, (int, np.integer)) or not 0 <= b < q.shape[0]:
+                raise ValueError(
+                    f"{cls.__name__}.at: body {b!r} is not an index into q (nb = {q.shape[0]}) "
+                    "or GROUND. Fix: use integer body indices with .at()."
+                )
+            r, a = q[b, 0:3], q[b, 3:7] / np.linalg.norm(q[b, 3:7])
+            rot = _rot_np(a)
+            return rot.T @ (pnt - r), rot.T @ z, rot.T @ x
+
+        si, zi, xi = body_frame(body_i)
+        sj, zj, xj = body_frame(body_j)
+        return cls(
+            body_i, body_j, s_i=si, s_j=sj, z_i=zi, z_j=zj, x_i=xi, x_j=xj, name=name, **kwargs
+        )
+
+    def frames(self, qi, qj):
+        """World axes (x, y, z) of both joint frames, component-first."""
+        xi, zi = axis(qi, self.x_i), axis(qi, self.z_i)
+        xj, zj = axis(qj, self.x_j), axis(qj, self.z_j)
+        return (xi, cf.cross(zi, xi), zi), (xj, cf.cross(zj, xj), zj)
+
+    def d(self, qi, qj):
+        return point(qj, self.s_j) - point(qi, self.s_i)
+
+    def frame(self):
+        def rot(x, z):
+            return jnp.stack([x, jnp.cross(z, x), z], axis=-1)
+
+        return self.s_i, self.s_j, rot(self.x_i, self.z_i), rot(self.x_j, self.z_j)
+
+
+def _rot_np(a):
+    a0, a1, a2, a3 = a
+    return np.array(
+        [
+            [
+                a0 * a0 + a1 * a1 - a2 * a2 - a3 * a3,
+                2 * (a1 * a2 - a0 * a3),
+                2 * (a1 * a3 + a0 * a2),
+            ],
+            [
+                2 * (a1 * a2 + a0 * a3),
+                a0 * a0 - a1 * a1 + a2 * a2 - a3 * a3,
+                2 * (a2 * a3 - a0 * a1),
+            ],
+            [
+                2 * (a1 * a3 - a0 * a2),
+                2 * (a2 * a3 + a0 * a1),
+                a0 * a0 - a1 * a1 - a2 * a2 + a3 * a3,
+            ],
+        ]
+    )
+
+
+class Spherical(AbstractJoint):
+    """Ball joint: the two joint points coincide, d_ij = 0 (3 rows; 3 × CD of seed 004)."""
+
+    def residual(self, qi, qj, t):
+        return self.d(qi, qj)
+
+
+class Revolute(AbstractJoint):
+    """Hinge about z: d_ij = 0 and z_i ⟂ x_j, y_j (5 rows: 3 CD + 2 DP1 of seed 004)."""
+
+    def residual(self, qi, qj, t):
+        (_, _, zi), (xj, yj, _) = self.frames(qi, qj)
+        d = self.d(qi, qj)
+        return cf.stack(d[0], d[1], d[2], cf.dot3(zi, xj), cf.dot3(zi, yj))
+
+
+class Universal(AbstractJoint):
+    """Cardan joint: d_ij = 0 and the pins z_i (on body i) and z_j (on body j) stay
+    perpendicular (4 rows: 3 CD + DP1). Build it with z_i ⟂ z_j in the reference configuration."""
+
+    def residual(self, qi, qj, t):
+        (_, _, zi), (_, _, zj) = self.frames(qi, qj)
+        d = self.d(qi, qj)
+        return cf.stack(d[0], d[1], d[2], cf.dot3(zi, zj))
+
+
+class Cylindrical(AbstractJoint):
+    """Slides along and turns about z: z_i ∥ z_j and P_j on the line (P_i, z_i) (4 rows)."""
+
+    def residual(self, qi, qj, t):
+        (xi, yi, zi), (xj, yj, _) = self.frames(qi, qj)
+        d = self.d(qi, qj)
+        return cf.stack(cf.dot3(zi, xj), cf.dot3(zi, yj), cf.dot3(xi, d), cf.dot3(yi, d))
+
+
+class Translational(AbstractJoint):
+    """Prismatic joint: slides along z, no relative rotation (5 rows: Cylindrical + x_i ⟂ y_j)."""
+
+    def residual(self, qi, qj, t):
+        (xi, yi, zi), (xj, yj, _) = self.frames(qi, qj)
+        d = self.d(qi, qj)
+        return cf.stack(
+            cf.dot3(zi, xj), cf.dot3(zi, yj), cf.dot3(xi, d), cf.dot3(yi, d), cf.dot3(xi, yj)
+        )
+
+
+class Fixed(AbstractJoint):
+    """Weld: d_ij = 0 and the frames stay aligned (6 rows: 3 CD + 3 DP1)."""
+
+    def residual(self, qi, qj, t):
+        (xi, _, zi), (xj, yj, _) = self.frames(qi, qj)
+        d = self.d(qi, qj)
+        return cf.stack(d[0], d[1], d[2], cf.dot3(zi, xj), cf.dot3(zi, yj), cf.dot3(xi, yj))
+
+
+class Parallel(AbstractJoint):
+    """z_i ∥ z_j (2 rows: z_i ⟂ x_j, y_j; 2 × DP1)."""
+
+    def residual(self, qi, qj, t):
+        (_, _, zi), (xj, yj, _) = self.frames(qi, qj)
+        return cf.stack(cf.dot3(zi, xj), cf.dot3(zi, yj))
+
+
+class Perpendicular(AbstractJoint):
+    """z_i ⟂ z_j (1 row; DP1)."""
+
+    def residual(self, qi, qj, t):
+        (_, _, zi), (_, _, zj) = self.frames(qi, qj)
+        return cf.stack(cf.dot3(zi, zj))
+
+
+class PointOnLine(AbstractJoint):
+    """The point P_j stays on the line through P_i along z_i (2 rows; 2 × DP2)."""
+
+    def residual(self, qi, qj, t):
+        (xi, yi, _), _ = self.frames(qi, qj)
+        d = self.d(qi, qj)
+        return cf.stack(cf.dot3(xi, d), cf.dot3(yi, d))
+
+
+class Distance(AbstractJoint):
+    """|P_j − P_i| = L: d_ijᵀ d_ij − L² = 0 (1 row; D of seed 004). ``length`` [m] is a
+    differentiable leaf."""
+
+    length: Float[Array, ""]
+
+    def __init__(self, body_i, body_j, *, length, **kwargs):
+        super().__init__(body_i, body_j, **kwargs)
+        length = jnp.asarray(length, dtype=self.s_i.dtype)
+        if length.shape != () or not bool(jnp.isfinite(length)) or not float(length) > 0.0:
+            raise ValueError(
+                f"{self.name}.length = {length!r} is not a positive finite scalar. "
+                "Fix: give the distance between the two points in metres."
+            )
+        self.length = length
+
+    @classmethod
+    def between(cls, q, body_i, body_j, *, point_i, point_j, name=None):
+        """The distance constraint that holds in configuration q between two world points."""
+        q = np.asarray(q, dtype=float)
+
+        def local(b, p):
+            p = np.asarray(p, dtype=float)
+            if b == GROUND:
+                return p
+            rot = _rot_np(q[b, 3:7] / np.linalg.norm(q[b, 3:7]))
+            return rot.T @ (p - q[b, 0:3])
+
+        length = float(np.linalg.norm(np.asarray(point_j) - np.asarray(point_i)))
+        return cls(
+            body_i,
+            body_j,
+            s_i=local(body_i, point_i),
+            s_j=local(body_j, point_j),
+            length=length,
+            name=name,
+        )
+
+    def residual(self, qi, qj, t):
+        d = self.d(qi, qj)
+        return cf.stack(cf.dot3(d, d) - self.length * self.length)
+
+
+class RotationDriver(AbstractJoint):
+    """Prescribes the angle θ(t) of x_j from x_i about z_i (1 row); pair it with a Revolute.
+
+    Residual (y_iᵀx_j) cos θ − (x_iᵀx_j) sin θ = sin(φ − θ) for the actual angle φ: smooth
+    for all θ, so drivers can turn through any number of revolutions. ``f`` is θ(t) [rad]: any
+    JAX function of t, or an equinox Module with differentiable parameters.
+    """
+
+    f: Callable = _zero
+
+    def __init__(self, body_i, body_j, f: Callable = _zero, **kwargs):
+        super().__init__(body_i, body_j, **kwargs)
+        self.f = _check_f(self.name, f)
+
+    def residual(self, qi, qj, t):
+        (xi, yi, _), (xj, _, _) = self.frames(qi, qj)
+        th = self.f(t)
+        return cf.stack(cf.dot3(yi, xj) * jnp.cos(th) - cf.dot3(xi, xj) * jnp.sin(th))
+
+
+class TranslationDriver(AbstractJoint):
+    """Prescribes the displacement f(t) of P_j from P_i along z_i: z_iᵀd_ij − f(t) = 0 (1 row;
+    DP2 with a driver). Pair it with a Translational joint."""
+
+    f: Callable = _zero
+
+    def __init__(self, body_i, body_j, f: Callable = _zero, **kwargs):
+        super().__init__(body_i, body_j, **kwargs)
+        self.f = _check_f(self.name, f)
+
+    def residual(self, qi, qj, t):
+        (_, _, zi), _ = self.frames(qi, qj)
+        return cf.stack(cf.dot3(zi, self.d(qi, qj)) - self.f(t))
+
+
+class CustomConstraint(AbstractConstraint):
+    """A user constraint: ``fn(q_i, q_j, t, params) -> residual (m,)`` for ONE system.
+
+    q_i, q_j have shape (7,) = (r, p) in the state convention (ground: r = 0, p = (1, 0, 0, 0)),
+    t is a scalar, ``params`` any pytree (its arrays are differentiable). The engine takes the
+    Jacobian (``jax.jacfwd`` / jvp) and γ (nested jvp) of ``fn`` itself and ``jax.vmap``s it over
+    batches: no hand-written derivatives.
+    """
+
+    fn: Callable = eqx.field(static=True)
+    params: object = None
+
+    def __init__(self, fn: Callable, body_i, body_j, params=None, *, name: str = "custom"):
+        if not callable(fn):
+            raise ValueError(f"CustomConstraint.fn = {fn!r} is not callable. Fix: pass a function.")
+        self.fn, self.params = fn, params
+        self.body_i, self.body_j, self.name = body_i, body_j, name
+
+    def residual(self, qi, qj, t):
+        shape = jnp.broadcast_shapes(qi.shape[1:], qj.shape[1:], jnp.shape(t))
+        qi = jnp.broadcast_to(qi, (7,) + shape).reshape(7, -1)
+        qj = jnp.broadcast_to(qj, (7,) + shape).reshape(7, -1)
+        tt = jnp.broadcast_to(t, shape).reshape(-1)
+
+        def one(a, b, s):
+            return jnp.atleast_1d(self.fn(a, b, s, self.params))
+
+        out = jax.vmap(one, in_axes=(1, 1, 0), out_axes=1)(qi, qj, tt)
+        return out.reshape(out.shape[:1] + shape)
+
+
+JOINT_TYPES = (
+    Spherical,
+    Revolute,
+    Universal,
+    Cylindrical,
+    Translational,
+    Fixed,
+    Parallel,
+    Perpendicular,
+    PointOnLine,
+    Distance,
+    RotationDriver,
+    TranslationDriver,
+)
