@@ -5,6 +5,12 @@ docs/architecture.md. Quaternion algebra: ``rbjax.quaternion``.
 """
 
 from . import quaternion as quaternion
+from ._assembly import KinematicResult as KinematicResult
+from ._assembly import Mobility as Mobility
+from ._assembly import assemble as assemble
+from ._assembly import jacobian_matrix as jacobian_matrix
+from ._assembly import kinematic_analysis as kinematic_analysis
+from ._assembly import mobility as mobility
 from ._body import Body as Body
 from ._constraints import (
     CD as CD,
