@@ -114,6 +114,7 @@ from ._integrators import (
 from ._integrators import (
     ImplicitMidpoint as ImplicitMidpoint,
 )
+from ._integrators import Projected as Projected
 from ._integrators import (
     SemiImplicitEuler as SemiImplicitEuler,
 )

@@ -270,3 +270,57 @@ def kinematic_analysis(
             "configuration there. Fix: check the driver functions and the geometry."
         )
     return KinematicResult(t=t, q=q, u=u, udot=udot, lam=lam, residual=res)
+
+
+@eqx.filter_jit
+def _consistency(model, state):
+    t, q, u = to_cf(state)
+    terms = joint_terms(model, model.formulation.kinematics, t, q, u, jacobian=False)
+    return _norm_rows(model, terms.c), _norm_rows(model, terms.cdot)
+
+
+def check_mechanism_state(model, state: State, *, tol: float | None = None) -> None:
+    """Build-time checks of a mechanism's initial state (concrete values only).
+
+    * the joints hold (|Φ| ≤ tol) and their velocity equations hold (|W u + Φ_t| ≤ tol),
+      otherwise ValueError naming the joints and suggesting :func:`rbjax.assemble`;
+    * the joint equations are independent when the formulation needs a regular Schur
+      complement (ScalableDAE, NewtonEuler), otherwise ValueError naming the redundant joints
+      and suggesting ``UdwadiaSchutte`` (Moore–Penrose inverse) or removing equations.
+    """
+    if not model.joints or not (is_concrete(state.q) and is_concrete(state.u)):
+        return
+    if tol is None:
+        tol = 1e-8 if state.q.dtype == jnp.float64 else 1e-3
+    c, cd = _consistency(model, state)
+    for what, val, fix in (
+        ("position", c, "rbjax.assemble(model, state)"),
+        ("velocity", cd, "rbjax.assemble(model, state) (it also projects the velocities)"),
+    ):
+        val = np.asarray(val).reshape(len(model.joints), -1).max(axis=1)
+        bad = [(n, e) for n, e in zip(model.joint_names, val, strict=True) if not e <= tol]
+        if bad:
+            worst = ", ".join(f"'{n}' ({e:.3g})" for n, e in bad)
+            raise ValueError(
+                f"The initial state violates the {what} equations of joints {worst} "
+                f"(tolerance {tol:.1g}). Fix: make the state consistent with {fix}."
+            )
+    from ._dynamics import UdwadiaSchutte
+
+    if isinstance(model.formulation, UdwadiaSchutte):
+        return
+    first = State(
+        t=state.t.reshape(-1)[0],
+        q=state.q.reshape(-1, model.nb, 7)[0],
+        u=state.u.reshape(-1, model.nb, 7)[0],
+    )
+    mob = mobility(model, first)
+    if mob.redundant:
+        raise ValueError(
+            f"The joint equations are redundant (rank {mob.rank} < {mob.rows} rows); joints "
+            f"involved: {list(mob.redundant)}. {type(model.formulation).__name__} needs "
+            "independent equations (a regular Schur complement). Fix: use "
+            "formulation=rbjax.UdwadiaSchutte(), which handles redundant constraints with the "
+            "Moore–Penrose inverse, or replace a joint by one with fewer equations (e.g. a "
+            "Revolute in a planar loop by a Spherical or Universal joint)."
+        )

@@ -31,6 +31,7 @@ from jaxtyping import Array, Float
 
 from . import _cf as cf
 from . import _quaternion as quat
+from ._constraints import GROUND
 from ._forces import Resultants, total_resultants
 from ._mechanics import joint_terms, solve_multipliers
 from ._state import State
@@ -309,6 +310,8 @@ class UdwadiaSchutte(AbstractFormulation):
             + 2.0 * (jnp.swapaxes(E, -1, -2) @ gamma_b[..., None])[..., 0]
         )
         L = jnp.linalg.cholesky(Mu)
+        if model.joints:
+            return self._mechanism(model, t, q, u, qdot, res, p, pd, npd, Mu, L, Q)
         a = jax.scipy.linalg.cho_solve((L, True), Q[..., None])[..., 0]
         # B = A_u L^{-T} (1 x 4); its transpose is L^{-1} A_uᵀ.
         bt = jax.scipy.linalg.solve_triangular(L, p[..., None], lower=True)
@@ -326,6 +329,74 @@ class UdwadiaSchutte(AbstractFormulation):
         wdot = 2.0 * cf.qmul(cf.qconj(q[3:7]), pdd_cf)[1:4] / cf.qnorm2(q[3:7])
         udot = jnp.concatenate([res.F / model.mass, jnp.zeros_like(u[3])[None], wdot], axis=0)
         return qdot, udot, mu
+
+    def _mechanism(self, model, t, q, u, qdot, res, p, pd, npd, Mu, L, Q):
+        """The fundamental equation for a whole mechanism in x = (r, p) per body (seed 001
+        eq. (12) with all constraints stacked): M_x = blockdiag(mI, M_u), constraint rows
+        A = [normalisation pᵀ per body (eq. (11)); Φ_x of the joints], right-hand side
+        b = [−|ṗ|²; γ_x] (q-space γ by nested jvp), and
+
+            ẍ = a + L_x⁻ᵀ (A L_x⁻ᵀ)⁺ (b − A a),   a = M_x⁻¹ Q_x,
+
+        with the Moore–Penrose inverse computed by SVD: it stays valid when joint equations are
+        redundant (rank-deficient A). The multipliers returned are the minimum-norm ones,
+        μ = (B Bᵀ)⁺ (b − A a); normalisation entries are halved to match c = |p|² − 1.
+        """
+        nb = model.nb
+        batch = p.shape[:-2]
+        dtype = p.dtype
+        terms = joint_terms(model, lambda qq, x: x, t, q, qdot)
+        rows = model.joint_rows
+        m = sum(rows)
+        # dense constraint matrix A (…, nb + m, 7 nb), batch-first
+        A = jnp.zeros(batch + (nb + m, 7 * nb), dtype)
+        eye = jnp.eye(nb, dtype=dtype)
+        norm_rows = (
+            eye[:, :, None]
+            * jnp.concatenate([jnp.zeros(batch + (nb, 3), dtype), p], -1)[..., None, :, :]
+        )
+        A = A.at[..., :nb, :].set(norm_rows.reshape(batch + (nb, 7 * nb)))
+        r0 = nb
+        for k, joint in enumerate(model.joints):
+            for side, b in enumerate((joint.body_i, joint.body_j)):
+                if b == GROUND:
+                    continue
+                w = jnp.moveaxis(terms.W[k][side], (0, 1), (-2, -1))  # (…, m_k, 7)
+                A = A.at[..., r0 : r0 + rows[k], 7 * b : 7 * b + 7].add(w)
+            r0 += rows[k]
+        gam = jnp.moveaxis(jnp.concatenate(terms.gamma, axis=0), 0, -1)
+        bvec = jnp.concatenate([-npd, gam], axis=-1)
+        # L_x and a = M_x⁻¹ Q_x per body
+        mass = jnp.broadcast_to(model.mass, batch + (nb,))
+        lx = jnp.zeros(batch + (nb, 7, 7), dtype)
+        lx = lx.at[..., 0:3, 0:3].set(jnp.sqrt(mass)[..., None, None] * jnp.eye(3, dtype=dtype))
+        lx = lx.at[..., 3:7, 3:7].set(L)
+        f_lin = jnp.moveaxis(res.F, 0, -1)
+        qx = jnp.concatenate([f_lin, Q], axis=-1)
+        a_lin = f_lin / mass[..., None]
+        a_rot = jax.scipy.linalg.cho_solve((L, True), Q[..., None])[..., 0]
+        a = jnp.concatenate([a_lin, a_rot], axis=-1).reshape(batch + (7 * nb,))
+        del qx
+        # B = A L_x⁻ᵀ: solve L_x Z = Aᵀ per body block
+        At = jnp.swapaxes(A, -1, -2).reshape(batch + (nb, 7, nb + m))
+        Bt = jax.scipy.linalg.solve_triangular(lx, At, lower=True)
+        B = jnp.swapaxes(Bt.reshape(batch + (7 * nb, nb + m)), -1, -2)
+        resid = bvec - (A @ a[..., None])[..., 0]
+        Bp = jnp.linalg.pinv(B)
+        z = (Bp @ resid[..., None])[..., 0].reshape(batch + (nb, 7))
+        corr = jax.scipy.linalg.solve_triangular(
+            jnp.swapaxes(lx, -1, -2), z[..., None], lower=False
+        )[..., 0]
+        xdd = a.reshape(batch + (nb, 7)) + corr
+        mu = (jnp.linalg.pinv(B @ jnp.swapaxes(B, -1, -2), hermitian=True) @ resid[..., None])[
+            ..., 0
+        ]
+        lam = jnp.concatenate([0.5 * mu[..., :nb], mu[..., nb:]], axis=-1)
+        pdd_cf = jnp.moveaxis(xdd[..., 3:7], -1, 0)
+        wdot = 2.0 * cf.qmul(cf.qconj(q[3:7]), pdd_cf)[1:4] / cf.qnorm2(q[3:7])
+        vdot = jnp.moveaxis(xdd[..., 0:3], -1, 0)
+        udot = jnp.concatenate([vdot, jnp.zeros_like(u[3])[None], wdot], axis=0)
+        return qdot, udot, lam
 
 
 # ------------------------------------------------------------- public natural-layout API

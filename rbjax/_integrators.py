@@ -33,6 +33,7 @@ from . import _cf as cf
 from ._dynamics import from_cf, minv, to_cf
 from ._errors import is_concrete
 from ._forces import total_resultants
+from ._mechanics import joint_force_correction, joint_terms
 
 
 class AbstractIntegrator(eqx.Module):
@@ -111,6 +112,8 @@ class ExplicitRK(AbstractIntegrator):
         return self.tableau.order
 
     def step_cf(self, model, t, q, u, h):
+        if getattr(model, "joints", ()):
+            return self._step_looped(model, t, q, u, h)
         f = model.formulation
         tab = self.tableau
         ks = []
@@ -127,6 +130,33 @@ class ExplicitRK(AbstractIntegrator):
             q1 = q1 + (h * bi) * kq
             u1 = u1 + (h * bi) * ku
         return t + h, q1, u1, _ok(t)
+
+    def _step_looped(self, model, t, q, u, h):
+        """The same method with the stages in a ``lax.scan``: the right-hand side is traced
+        once instead of once per stage. Used for mechanisms, whose right-hand side (autodiff
+        W and γ, Schur complement) is large, to keep compile times down; the arithmetic is
+        identical up to the order of additions."""
+        f = model.formulation
+        tab = self.tableau
+        ns = len(tab.c)
+        amat = np.zeros((ns, ns))
+        for i, row in enumerate(tab.a):
+            amat[i, : len(row)] = row
+        coeffs = jnp.asarray(np.concatenate([amat, np.asarray(tab.c)[:, None]], 1), q.dtype)
+
+        def stage(ks, i):
+            kq, ku = ks
+            row = coeffs[i]
+            w = (h * row[:ns]).reshape((ns,) + (1,) * q.ndim)
+            qi = q + jnp.sum(w * kq, axis=0)
+            ui = u + jnp.sum(w * ku, axis=0)
+            dq, du, _ = f.derivatives(model, t + row[ns] * h, qi, ui)
+            return (kq.at[i].set(dq), ku.at[i].set(du)), None
+
+        zeros = (jnp.zeros((ns,) + q.shape, q.dtype), jnp.zeros((ns,) + u.shape, u.dtype))
+        (kq, ku), _ = jax.lax.scan(stage, zeros, jnp.arange(ns))
+        b = jnp.asarray(tab.b, q.dtype).reshape((ns,) + (1,) * q.ndim)
+        return t + h, q + h * jnp.sum(b * kq, axis=0), u + h * jnp.sum(b * ku, axis=0), _ok(t)
 
 
 def RK4() -> ExplicitRK:
@@ -222,11 +252,29 @@ class ImplicitMidpoint(AbstractIntegrator):
         f = model.formulation
         nb = model.nb
         tm = t + 0.5 * h
+        joints = bool(getattr(model, "joints", ()))
+        m = sum(model.joint_rows) if joints else 0
+        nbody = 15 if f.is_dae else 14
+
+        def split(zf):
+            body = _unflatten(zf[: nbody * nb], nbody, nb)
+            lj = zf[nbody * nb :]
+            rows = model.joint_rows if joints else ()
+            offs = np.cumsum((0,) + tuple(rows))
+            return body, [lj[offs[k] : offs[k + 1]] for k in range(len(rows))]
+
+        def joint_parts(qm, um, q1, lj):
+            """M⁻¹W(q_m)ᵀΛ_j and the end-point residuals c_j(q_{n+1}, t_{n+1})."""
+            kin = f.kinematics
+            terms = joint_terms(model, kin, tm, qm, um, gamma=False)
+            corr = joint_force_correction(model, terms, lj, reduced=not f.is_dae)
+            end = joint_terms(model, kin, t + h, q1, um, gamma=False, jacobian=False)
+            return corr, jnp.concatenate(end.c, axis=0)
 
         if f.is_dae:
 
             def residual(zf):
-                z = _unflatten(zf, 15, nb)
+                z, lj = split(zf)
                 q1, u1, lam = z[0:7], z[7:14], z[14]
                 qm, um = 0.5 * (q + q1), 0.5 * (u + u1)
                 res = total_resultants(model, tm, qm, um)
@@ -234,20 +282,38 @@ class ImplicitMidpoint(AbstractIntegrator):
                 rq = q1 - q - h * f.kinematics(qm, _cayley_velocity(q, q1, um))
                 ru = u1 - u - h * a - minv(model, f.normalisation_jacobian(model, qm) * lam)
                 rc = jnp.where(model.rigid, f.constraint(model, q1), lam)
-                return _flatten(jnp.concatenate([rq, ru, rc[None]], axis=0))
+                out = _flatten(jnp.concatenate([rq, ru, rc[None]], axis=0))
+                if not joints:
+                    return out
+                corr, cj = joint_parts(qm, um, q1, lj)
+                ru = ru - corr
+                out = _flatten(jnp.concatenate([rq, ru, rc[None]], axis=0))
+                return jnp.concatenate([out, cj], axis=0)
 
-            guess = jnp.concatenate([q, u, jnp.zeros_like(q[:1])], axis=0)
-            return residual, _flatten(guess), 15
+            guess = _flatten(jnp.concatenate([q, u, jnp.zeros_like(q[:1])], axis=0))
+        else:
 
-        def residual(zf):
-            z = _unflatten(zf, 14, nb)
-            q1, u1 = z[0:7], z[7:14]
-            qm, um = 0.5 * (q + q1), 0.5 * (u + u1)
-            _, udot, _ = f.derivatives(model, tm, qm, um)
-            qdot = f.kinematics(qm, _cayley_velocity(q, q1, um))
-            return _flatten(jnp.concatenate([q1 - q - h * qdot, u1 - u - h * udot], axis=0))
+            def residual(zf):
+                z, lj = split(zf)
+                q1, u1 = z[0:7], z[7:14]
+                qm, um = 0.5 * (q + q1), 0.5 * (u + u1)
+                qdot = f.kinematics(qm, _cayley_velocity(q, q1, um))
+                if not joints:
+                    _, udot, _ = f.derivatives(model, tm, qm, um)
+                    ru = u1 - u - h * udot
+                    return _flatten(jnp.concatenate([q1 - q - h * qdot, ru], axis=0))
+                # free Newton–Euler acceleration (joints enter through Λ_j only)
+                free = eqx.tree_at(lambda mm: mm.joints, model, ())
+                _, udot, _ = f.derivatives(free, tm, qm, um)
+                corr, cj = joint_parts(qm, um, q1, lj)
+                ru = u1 - u - h * udot - corr
+                out = _flatten(jnp.concatenate([q1 - q - h * qdot, ru], axis=0))
+                return jnp.concatenate([out, cj], axis=0)
 
-        return residual, _flatten(jnp.concatenate([q, u], axis=0)), 14
+            guess = _flatten(jnp.concatenate([q, u], axis=0))
+        if joints:
+            guess = jnp.concatenate([guess, jnp.zeros((m,) + guess.shape[1:], guess.dtype)], 0)
+        return residual, guess, nbody
 
     def step_cf(self, model, t, q, u, h):
         residual, guess, k = self._residual(model, t, q, u, h)
@@ -288,5 +354,38 @@ class ImplicitMidpoint(AbstractIntegrator):
             return _batched_solve(_jacobian(g, y), y)
 
         z, done = jax.lax.custom_root(residual, guess, newton, tangent_solve, has_aux=True)
-        z = _unflatten(z, k, model.nb)
+        z = _unflatten(z[: k * model.nb], k, model.nb)
         return t + h, z[0:7], z[7:14], jax.lax.stop_gradient(done) > 0.5
+
+
+class Projected(AbstractIntegrator):
+    """Any integrator followed by projection onto the constraint manifolds (drift control).
+
+    After each step of ``base``, positions are projected onto Φ(q, t) = 0 by Newton iterations
+    with minimum-norm corrections in the mass metric (as :func:`rbjax.assemble`) and, with
+    ``velocities=True``, velocities onto W u + Φ_t = 0 by the M-orthogonal projection. The
+    order of ``base`` is kept (the projection changes the solution by O(h^{p+1}) per step);
+    the position residual stays at the Newton tolerance ``tol`` (default 1e-12 in float64).
+    """
+
+    base: AbstractIntegrator
+    velocities: bool = eqx.field(static=True, default=True)
+    tol: float | None = eqx.field(static=True, default=None)
+    max_iters: int = eqx.field(static=True, default=10)
+
+    @property
+    def order(self) -> int:  # type: ignore[override]
+        return self.base.order
+
+    def step_cf(self, model, t, q, u, h):
+        from ._assembly import _project_position, _project_velocity
+
+        t1, q1, u1, ok = self.base.step_cf(model, t, q, u, h)
+        if not getattr(model, "joints", ()):
+            return t1, q1, u1, ok
+        tol = (1e-12 if q.dtype == jnp.float64 else 1e-5) if self.tol is None else self.tol
+        q1, err, _ = _project_position(model, t1, q1, tol, self.max_iters)
+        if self.velocities:
+            u1 = _project_velocity(model, t1, q1, u1)
+        ok = ok & jnp.all(err <= 100 * tol, axis=0)
+        return t1, q1, u1, ok

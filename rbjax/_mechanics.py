@@ -243,6 +243,29 @@ def solve_multipliers(model, terms: JointTerms, a, rhs_extra=None):
     return lam, jnp.stack(corr, axis=-1), jnp.stack(fnu, axis=-1)
 
 
+def joint_force_correction(model, terms: JointTerms, lam, *, reduced: bool):
+    """M⁻¹ Wᵀ λ (7, ..., nb) for per-joint multipliers ``lam`` (list of (m_k, ...)).
+
+    ``reduced``: use W̃ (ν columns of rigid bodies removed), as in the Schur complement;
+    otherwise the full W (the implicit DAE scheme, where ν is an unknown of its own).
+    """
+    from ._dynamics import minv
+
+    like = terms.c[0]
+    nb = model.nb
+    acc = [jnp.zeros((7,) + like.shape[1:], like.dtype) for _ in range(nb)]
+    for k in range(len(model.joints)):
+        for side in (0, 1):
+            b = body_of(model, k, side)
+            if b == GROUND:
+                continue
+            w = terms.W[k][side]
+            if reduced and not model.scalable[b]:
+                w = w.at[:, 3].set(0.0)
+            acc[b] = acc[b] + jnp.sum(w * lam[k][:, None], axis=0)
+    return minv(model, jnp.stack(acc, axis=-1))
+
+
 def generalized_forces(terms: JointTerms, lam):
     """Per joint and side the generalized force Wᵀλ: (F world, S_C, M_C body axes) (7, ...)."""
     return [

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from ._assembly import check_mechanism_state
 from ._body import validate_inertia
 from ._dynamics import to_cf
 from ._errors import is_concrete
@@ -110,6 +111,7 @@ def rollout(
             f"save_every = {save_every!r} does not divide n_steps = {n_steps}. Fix: choose save_every >= 1 with n_steps % save_every == 0."
         )
     model.check_state(state0)
+    check_mechanism_state(model, state0)
     if is_concrete(model.inertia):
         validate_inertia("model.inertia", model.inertia)
     return _rollout(
