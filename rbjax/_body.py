@@ -63,7 +63,13 @@ class Body(eqx.Module):
             if m.shape != ():
                 fail(f"{name}.mass", mass, "is not a scalar", "pass one mass per Body")
             if not np.isfinite(m) or m <= 0.0:
-                fail(f"{name}.mass", mass, "is not a positive finite number", "mass must be > 0 kg")
+                fail(
+                    f"{name}.mass",
+                    mass,
+                    "is not a positive finite number",
+                    "mass must be > 0 kg; a fixed, massless support is not a body: attach joints "
+                    "to rbjax.GROUND instead",
+                )
         inertia = jnp.asarray(inertia)
         if inertia.shape == (3,):
             inertia = jnp.diag(inertia)
