@@ -19,8 +19,9 @@ from jaxtyping import Array, Float
 
 from . import _cf as cf
 from ._constraints import GROUND
-from ._dynamics import from_cf, to_cf
+from ._dynamics import UdwadiaSchutte
 from ._errors import is_concrete
+from ._mass import from_cf, to_cf
 from ._mechanics import JointTerms, joint_terms, solve_multipliers
 from ._state import State
 
@@ -142,10 +143,15 @@ class Mobility(eqx.Module):
     singular_values: Float[Array, " m"]
 
 
+@eqx.filter_jit
+def _jacobian_blocks(model, state):
+    t, q, u = to_cf(state)
+    return joint_terms(model, model.formulation.kinematics, t, q, u, gamma=False).W
+
+
 def jacobian_matrix(model, state: State) -> np.ndarray:
     """W̃ as a dense (m, 6·nb) or (m, 7·nb) NumPy matrix for ONE system (rigid bodies: (v, ω))."""
-    t, q, u = to_cf(state)
-    terms = joint_terms(model, model.formulation.kinematics, t, q, u, gamma=False)
+    blocks = _jacobian_blocks(model, state)
     cols = [6 if not s else 7 for s in model.scalable]
     offs = np.cumsum([0] + cols)
     keep = [[0, 1, 2, 4, 5, 6] if not s else [0, 1, 2, 3, 4, 5, 6] for s in model.scalable]
@@ -156,7 +162,7 @@ def jacobian_matrix(model, state: State) -> np.ndarray:
         for side, b in enumerate((joint.body_i, joint.body_j)):
             if b == GROUND:
                 continue
-            w = np.asarray(terms.W[k][side])
+            w = np.asarray(blocks[k][side])
             mat[r0 : r0 + rows[k], offs[b] : offs[b + 1]] += w[:, keep[b]]
         r0 += rows[k]
     return mat
@@ -305,8 +311,6 @@ def check_mechanism_state(model, state: State, *, tol: float | None = None) -> N
                 f"The initial state violates the {what} equations of joints {worst} "
                 f"(tolerance {tol:.1g}). Fix: make the state consistent with {fix}."
             )
-    from ._dynamics import UdwadiaSchutte
-
     if isinstance(model.formulation, UdwadiaSchutte):
         return
     first = State(

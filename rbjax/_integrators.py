@@ -30,9 +30,10 @@ import numpy as np
 from jax import Array
 
 from . import _cf as cf
-from ._dynamics import from_cf, minv, to_cf
+from ._assembly import _project_position, _project_velocity
 from ._errors import is_concrete
 from ._forces import total_resultants
+from ._mass import from_cf, minv, to_cf
 from ._mechanics import joint_force_correction, joint_terms
 
 
@@ -378,8 +379,6 @@ class Projected(AbstractIntegrator):
         return self.base.order
 
     def step_cf(self, model, t, q, u, h):
-        from ._assembly import _project_position, _project_velocity
-
         t1, q1, u1, ok = self.base.step_cf(model, t, q, u, h)
         if not getattr(model, "joints", ()):
             return t1, q1, u1, ok

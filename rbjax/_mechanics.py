@@ -33,6 +33,7 @@ import numpy as np
 from . import _cf as cf
 from ._blockchol import BlockCholesky, mm_t
 from ._constraints import GROUND
+from ._mass import half_trace, inertia_cf, minv
 
 
 def _neutral(joint):
@@ -189,8 +190,6 @@ def solve_multipliers(model, terms: JointTerms, a, rhs_extra=None):
     bodies. Returns λ as a list of (m_k, ...), the correction (7, ..., nb) to add to a, and the
     scaling component of the joint forces per body (..., nb).
     """
-    from ._dynamics import half_trace, inertia_cf
-
     nb, nj = model.nb, len(model.joints)
     rigid = [not s for s in model.scalable]
     thinv = cf.sym_inv(inertia_cf(model))
@@ -249,8 +248,6 @@ def joint_force_correction(model, terms: JointTerms, lam, *, reduced: bool):
     ``reduced``: use W̃ (ν columns of rigid bodies removed), as in the Schur complement;
     otherwise the full W (the implicit DAE scheme, where ν is an unknown of its own).
     """
-    from ._dynamics import minv
-
     like = terms.c[0]
     nb = model.nb
     acc = [jnp.zeros((7,) + like.shape[1:], like.dtype) for _ in range(nb)]

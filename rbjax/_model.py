@@ -42,6 +42,7 @@ class Model(eqx.Module):
     baumgarte: tuple[Float[Array, ""], Float[Array, ""]] | None
     scalable: tuple[bool, ...] = eqx.field(static=True)
     names: tuple[str, ...] = eqx.field(static=True)
+    joint_rows: tuple[int, ...] = eqx.field(static=True)  # equations per joint
 
     def __init__(
         self,
@@ -100,6 +101,7 @@ class Model(eqx.Module):
         self.scalable = tuple(b.scalable for b in bodies)
         self.names = names
         self.joints = _resolve_joints(joints, names, dtype)
+        self.joint_rows = tuple(_rows(j, dtype) for j in self.joints)
         if baumgarte is not None:
             if (
                 np.shape(baumgarte) != (2,)
@@ -121,11 +123,6 @@ class Model(eqx.Module):
     @property
     def joint_names(self) -> tuple[str, ...]:
         return tuple(j.name for j in self.joints)
-
-    @property
-    def joint_rows(self) -> tuple[int, ...]:
-        """Number of scalar equations of each joint."""
-        return tuple(_rows(j, self.inertia.dtype) for j in self.joints)
 
     @property
     def nb(self) -> int:

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from . import _cf as cf
-from ._dynamics import to_cf
+from ._dynamics import accelerations, to_cf
 from ._mechanics import _GROUND_Q, _extend, generalized_forces, joint_terms
 
 
@@ -46,8 +46,6 @@ def reactions(model, state, lam=None) -> Reactions:
     equations of motion when omitted; pass ``Trajectory.lam`` to post-process a rollout).
     Differentiable in everything.
     """
-    from ._dynamics import accelerations
-
     if not model.joints:
         raise ValueError("reactions: the model has no joints. Fix: pass joints=[...] to Model.")
     if lam is None:

@@ -1,0 +1,358 @@
+"""Mechanism throughput: double pendulum and slider-crank, rbjax against MuJoCo (C) and MJX.
+
+Double pendulum (issue 3 §9): two rods of 1 kg and 1 m (inertia about the centre of mass
+diag(1e-3, 1/12, 1/12) kg m²), hinges about world y at the origin and at the tip of the first
+rod, both released horizontal, g = 9.81 along −z, dt = 1e-3, 2000 steps. Slider-crank: the
+spatial crank (revolute) – rod (spherical, universal) – slider (translational) of
+examples/slider_crank.py under gravity and a constant crank torque.
+
+For every rbjax integrator (and the formulations that matter), batch B ∈ {1, 64, 1024}, float64:
+compile time (first call minus one run) and run time (median) separately. When the ``mujoco``
+package is installed (``pip install -e .[bench]``), the same double pendulum runs in MuJoCo's C
+engine (RK4, ``mujoco.rollout`` on all cores) and in MJX (``jax.vmap`` of ``mjx.step`` under
+``lax.scan``, RK4) in the same process, and the final angles are compared with rbjax's.
+Also: cost per step of an N-link pendulum, N = 2 … 64.
+
+    python benchmarks/mechanisms.py --json benchmarks/results/mechanisms.json [--quick]
+
+Records have the keys of benchmarks/free_body.py (problem, integrator, formulation, dtype,
+batch, steps, body_steps_per_s, compile_s, run_s) plus engine, bodies and steps_per_s
+(mechanism steps per second = body_steps_per_s / bodies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+import rbjax  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from free_body import machine  # noqa: E402
+
+ROD_I = np.diag([1e-3, 1.0 / 12.0, 1.0 / 12.0])
+
+
+def chain(n: int):
+    """N-link pendulum of 1 kg, 1 m rods along x, hinges about world y (rbjax model, state)."""
+    q0 = np.array([[k + 0.5, 0, 0, 1, 0, 0, 0] for k in range(n)], float)
+    bodies = [rbjax.Body(1.0, ROD_I, name=f"rod{k + 1}") for k in range(n)]
+    joints = [
+        rbjax.Revolute.at(q0, k - 1 if k else rbjax.GROUND, k, point=[k, 0, 0], axis=[0, 1, 0])
+        for k in range(n)
+    ]
+    state = rbjax.make_state(position=q0[:, :3], quaternion=q0[:, 3:])
+    return bodies, joints, state
+
+
+def slider_crank():
+    """The spatial slider-crank of examples/slider_crank.py (crank torque 2 N m)."""
+    r, l, th0 = 0.2, 0.6, 0.3
+    xs = r * np.cos(th0) + np.sqrt(l**2 - (r * np.sin(th0)) ** 2)
+    pc = np.array([r * np.cos(th0), r * np.sin(th0), 0.0])
+    phi = -np.arcsin(r * np.sin(th0) / l)
+    q0 = np.stack(
+        [
+            np.r_[pc / 2, np.cos(th0 / 2), 0, 0, np.sin(th0 / 2)],
+            np.r_[(pc + [xs, 0, 0]) / 2, np.cos(phi / 2), 0, 0, np.sin(phi / 2)],
+            np.r_[xs, 0, 0, 1, 0, 0, 0],
+        ]
+    )
+    bodies = [
+        rbjax.Body(1.0, np.diag([1e-3, 1e-2, 1e-2]), name="crank"),
+        rbjax.Body(2.0, np.diag([1e-3, 6e-2, 6e-2]), name="rod"),
+        rbjax.Body(3.0, np.diag([1e-2, 1e-2, 1e-2]), name="slider"),
+    ]
+    wrist = rbjax.Revolute.at(q0, 1, 2, point=[xs, 0, 0], axis=[0, 0, 1])
+    joints = [
+        rbjax.Revolute.at(q0, rbjax.GROUND, 0, point=[0, 0, 0], axis=[0, 0, 1], name="main"),
+        rbjax.Spherical.at(q0, 0, 1, point=pc, name="crankpin"),
+        rbjax.Universal(
+            1, 2, s_i=wrist.s_i, s_j=wrist.s_j, z_i=np.asarray(wrist.z_i), z_j=[0, 1, 0],
+            name="wristpin",
+        ),
+        rbjax.Translational.at(
+            q0, rbjax.GROUND, 2, point=[0, 0, 0], axis=[1, 0, 0], x=[0, 1, 0], name="slide"
+        ),
+    ]
+    forces = [rbjax.BodyTorque(0, [0.0, 0.0, 2.0])]
+    state = rbjax.make_state(position=q0[:, :3], quaternion=q0[:, 3:])
+    return bodies, joints, forces, state
+
+
+INTEGRATORS = {
+    "RK4": lambda: rbjax.RK4(),
+    "SemiImplicitEuler": lambda: rbjax.SemiImplicitEuler(),
+    "Projected(RK4)": lambda: rbjax.Projected(rbjax.RK4()),
+    "ImplicitMidpoint": lambda: rbjax.ImplicitMidpoint(),
+}
+FORMULATIONS = {
+    "ScalableDAE": rbjax.ScalableDAE,
+    "NewtonEuler": rbjax.NewtonEuler,
+    "UdwadiaSchutte": rbjax.UdwadiaSchutte,
+}
+
+
+def _time(call, repeats):
+    t0 = time.perf_counter()
+    out = call()
+    first = time.perf_counter() - t0
+    if first > 20.0:
+        repeats = 1
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = call()
+        runs.append(time.perf_counter() - t0)
+    run_s = statistics.median(runs)
+    return out, max(first - run_s, 0.0), run_s, repeats
+
+
+def rbjax_case(problem, integrator, formulation, batch, steps, repeats, n_links=2):
+    if problem == "slider_crank":
+        bodies, joints, forces, state = slider_crank()
+    else:
+        bodies, joints, state = chain(n_links)
+        forces = []
+    model = rbjax.Model(
+        bodies,
+        joints=joints,
+        forces=forces,
+        gravity=[0, 0, -9.81],
+        formulation=FORMULATIONS[formulation](),
+    )
+    state = jax.tree.map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), state)
+    integ = INTEGRATORS[integrator]()
+    dt = jnp.asarray(1e-3)
+
+    def call():
+        tr = rbjax.rollout(model, state, dt, steps, integrator=integ, save_every=steps)
+        return jax.block_until_ready(tr)
+
+    tr, compile_s, run_s, reps = _time(call, repeats)
+    assert np.all(np.isfinite(np.asarray(tr.q))), "non-finite result"
+    nb = len(bodies)
+    return {
+        "engine": "rbjax",
+        "problem": problem if problem == "slider_crank" else f"pendulum_{n_links}",
+        "integrator": integrator,
+        "formulation": formulation,
+        "dtype": "float64",
+        "batch": batch,
+        "bodies": nb,
+        "steps": steps,
+        "dt": 1e-3,
+        "steps_per_s": batch * steps / run_s,
+        "body_steps_per_s": batch * steps * nb / run_s,
+        "compile_s": compile_s,
+        "run_s": run_s,
+        "repeats": reps,
+    }, tr
+
+
+MJCF = """
+<mujoco>
+  <option timestep="0.001" integrator="RK4" gravity="0 0 -9.81">
+    <flag contact="disable"/>
+  </option>
+  <worldbody>
+    <body name="rod1">
+      <joint name="pivot" type="hinge" axis="0 1 0"/>
+      <inertial pos="0.5 0 0" mass="1" diaginertia="0.001 0.0833333333333333 0.0833333333333333"/>
+      <body name="rod2" pos="1 0 0">
+        <joint name="elbow" type="hinge" axis="0 1 0"/>
+        <inertial pos="0.5 0 0" mass="1" diaginertia="0.001 0.0833333333333333 0.0833333333333333"/>
+      </body>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def mujoco_cases(batch, steps, repeats):
+    """MuJoCo C (RK4, threads = cores) and MJX on the same double pendulum; None if absent."""
+    try:
+        import mujoco
+        from mujoco import rollout as mj_rollout
+    except ImportError:
+        return None
+    out = []
+    m = mujoco.MjModel.from_xml_string(MJCF)
+    d = mujoco.MjData(m)
+    spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+    s0 = np.zeros(mujoco.mj_stateSize(m, spec))
+    mujoco.mj_getState(m, d, s0, spec)
+    init = np.tile(s0, (batch, 1))
+    nthread = os.cpu_count() or 1
+    datas = [mujoco.MjData(m) for _ in range(nthread)]
+
+    def call():
+        st, _ = mj_rollout.rollout(m, datas, init, nstep=steps, persistent_pool=True)
+        return st
+
+    st, compile_s, run_s, reps = _time(call, repeats)
+    # qpos sits after time in the full physics state
+    angles = st[0, -1, 1:3]
+    out.append(
+        {
+            "engine": f"mujoco-c ({nthread} threads)",
+            "problem": "pendulum_2",
+            "integrator": "RK4",
+            "formulation": "reduced (2 joint angles)",
+            "dtype": "float64",
+            "batch": batch,
+            "bodies": 2,
+            "steps": steps,
+            "dt": 1e-3,
+            "steps_per_s": batch * steps / run_s,
+            "body_steps_per_s": 2 * batch * steps / run_s,
+            "compile_s": compile_s,
+            "run_s": run_s,
+            "repeats": reps,
+            "final_angles": [float(a) for a in angles],
+        }
+    )
+    try:
+        from mujoco import mjx
+    except ImportError:
+        return out
+    try:
+        mx = mjx.put_model(m)
+        dx = mjx.make_data(mx)
+        dxb = jax.tree.map(lambda x: jnp.broadcast_to(x, (batch,) + jnp.shape(x)), dx)
+
+        @jax.jit
+        def run(dxb):
+            def body(dd, _):
+                return jax.vmap(mjx.step, in_axes=(None, 0))(mx, dd), None
+
+            dd, _ = jax.lax.scan(body, dxb, None, length=steps)
+            return dd.qpos
+
+        def call_mjx():
+            return jax.block_until_ready(run(dxb))
+
+        qpos, compile_s, run_s, reps = _time(call_mjx, repeats)
+        out.append(
+            {
+                "engine": "mjx (jax, cpu)",
+                "problem": "pendulum_2",
+                "integrator": "RK4",
+                "formulation": "reduced (2 joint angles)",
+                "dtype": str(qpos.dtype),
+                "batch": batch,
+                "bodies": 2,
+                "steps": steps,
+                "dt": 1e-3,
+                "steps_per_s": batch * steps / run_s,
+                "body_steps_per_s": 2 * batch * steps / run_s,
+                "compile_s": compile_s,
+                "run_s": run_s,
+                "repeats": reps,
+                "final_angles": [float(a) for a in np.asarray(qpos[0])],
+            }
+        )
+    except Exception as e:  # MJX versions drift; report instead of failing the benchmark
+        print(f"MJX failed: {type(e).__name__}: {e}", file=sys.stderr)
+    return out
+
+
+def rbjax_angles(tr):
+    """Hinge angles (MuJoCo convention: rotation about +y) of the two rods at the end."""
+    q = np.asarray(tr.q)[0, -1]
+    a1 = 2 * np.arctan2(q[0, 5], q[0, 3])
+    a2 = 2 * np.arctan2(q[1, 5], q[1, 3]) - a1
+    return [float(np.angle(np.exp(1j * a1))), float(np.angle(np.exp(1j * a2)))]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--json", default=None, help="write records to this path")
+    p.add_argument("--quick", action="store_true", help="small subset (smoke test)")
+    p.add_argument("--batches", default="1,64,1024")
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--links", default="2,4,8,16,32,64")
+    args = p.parse_args(argv)
+    batches = [int(b) for b in args.batches.split(",")]
+    links = [int(n) for n in args.links.split(",")]
+    if args.quick:
+        batches, args.steps, args.repeats, links = [1, 64], 200, 1, [2, 4]
+    cases = []
+    for problem in ("double_pendulum", "slider_crank"):
+        for integ in INTEGRATORS:
+            forms = ["ScalableDAE", "NewtonEuler"] if integ == "RK4" else ["ScalableDAE"]
+            if integ == "RK4" and problem == "double_pendulum":
+                forms.append("UdwadiaSchutte")
+            for form in forms:
+                for b in batches:
+                    if form == "UdwadiaSchutte" and b > 64:
+                        continue  # SVD pseudo-inverse per system: a reference formulation
+                    cases.append((problem, integ, form, b))
+    head = (
+        f"{'engine':22s} {'problem':16s} {'integrator':17s} {'formulation':15s} {'B':>5s} "
+        f"{'steps/s':>10s} {'body-steps/s':>13s} {'compile s':>9s} {'run s':>8s}"
+    )
+    print(head)
+    print("-" * len(head))
+    records = []
+
+    def show(r):
+        records.append(r)
+        print(
+            f"{r['engine']:22s} {r['problem']:16s} {r['integrator']:17s} {r['formulation'][:15]:15s} "
+            f"{r['batch']:5d} {r['steps_per_s']:10.3g} {r['body_steps_per_s']:13.3g} "
+            f"{r['compile_s']:9.2f} {r['run_s']:8.3f}",
+            flush=True,
+        )
+
+    ref_angles = None
+    for problem, integ, form, b in cases:
+        # the implicit scheme (dense Newton per system) runs fewer steps; rates are per step
+        steps = args.steps if integ != "ImplicitMidpoint" else max(args.steps // 10, 20)
+        rec, tr = rbjax_case(problem, integ, form, b, steps, args.repeats)
+        if problem == "double_pendulum" and integ == "RK4" and form == "ScalableDAE":
+            rec["final_angles"] = ref_angles = rbjax_angles(tr)
+        show(rec)
+    for b in batches:
+        mj = mujoco_cases(b, args.steps, args.repeats)
+        if mj is None:
+            print("(mujoco not installed: pip install -e .[bench] for the MuJoCo/MJX rows)")
+            break
+        for r in mj:
+            if ref_angles is not None and "final_angles" in r:
+                r["angle_diff_vs_rbjax"] = float(
+                    np.max(np.abs(np.asarray(r["final_angles"]) - ref_angles))
+                )
+            show(r)
+    print("\nN-link pendulum (RK4, ScalableDAE, B = 64):")
+    for n in links:
+        rec, _ = rbjax_case("chain", "RK4", "ScalableDAE", 64, max(args.steps // 10, 20), 1, n)
+        rec["us_per_step_per_system"] = 1e6 * rec["run_s"] / (64 * rec["steps"])
+        show(rec)
+    info = machine()
+    for r in records:
+        r["machine"] = info
+    print(f"machine: {info}")
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as fh:
+            json.dump(records, fh, indent=1)
+        print(f"wrote {len(records)} records to {args.json}")
+    return records
+
+
+if __name__ == "__main__":
+    main()
