@@ -27,7 +27,9 @@ lint: $(STAMP)
 	$(VENV)/bin/pyright
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[bench]"
 	$(PY) benchmarks/free_body.py --json benchmarks/results/free_body.json
+	$(PY) benchmarks/mechanisms.py --json benchmarks/results/mechanisms.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

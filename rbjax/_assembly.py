@@ -66,18 +66,10 @@ def _project_position(model, t, q, tol, max_iters):
 def _project_velocity(model, t, q, u):
     """u ← u − M⁻¹W̃ᵀ(W̃M⁻¹W̃ᵀ)⁻¹(W u + c_t): the M-orthogonal projection onto ċ = 0."""
     kin = model.formulation.kinematics
-    terms = joint_terms(model, kin, t, q, u)
+    terms = joint_terms(model, kin, t, q, u, gamma=False, cdot=True)
     rhs = JointTerms(c=terms.c, cdot=terms.cdot, gamma=[-cd for cd in terms.cdot], W=terms.W)
     _, du, _ = solve_multipliers(model, rhs, jnp.zeros_like(u))
     return u + du
-
-
-def _accelerations(model, t, q, u):
-    """u̇ with W̃u̇ = γ, minimum-norm in the M metric (the unique one when DOF = 0)."""
-    kin = model.formulation.kinematics
-    terms = joint_terms(model, kin, t, q, u)
-    _, udot, _ = solve_multipliers(model, terms, jnp.zeros_like(u))
-    return udot
 
 
 @eqx.filter_jit
@@ -105,7 +97,8 @@ def assemble(
 
     ``tol`` (default 1e-12 in float64, 1e-5 in float32) is the largest residual accepted. If a
     joint cannot be satisfied, raises ValueError naming the joints whose residual stays large.
-    Works on batches of states; differentiable (Newton steps are unrolled up to convergence).
+    Works on batches of states. Forward-mode differentiable; reverse mode through the Newton
+    loop (a ``lax.while_loop``) is not supported yet (issue 4: implicit function theorem).
     """
     _check_model(model, "assemble")
     if not isinstance(state, State):
@@ -223,10 +216,10 @@ def _kinematic_scan(model, q0, times, tol, max_iters):
     def one(q_prev, t):
         tt = jnp.reshape(t, (1,))
         q, err, _ = _project_position(model, tt, q_prev, tol, max_iters)
-        u0 = jnp.zeros_like(q)
-        u = _project_velocity(model, tt, q, u0)
-        udot = _accelerations(model, tt, q, u)
-        _, _, lam = model.formulation.derivatives(model, tt, q, u)
+        u = _project_velocity(model, tt, q, jnp.zeros_like(q))
+        # DOF = 0: the equations of motion determine the same u̇ as W̃u̇ = γ, and their
+        # multipliers are the inverse-dynamics efforts (one W/γ evaluation for both).
+        _, udot, lam = model.formulation.derivatives(model, tt, q, u)
         st = from_cf(tt, q, u)
         return q, (st.t, st.q, st.u, jnp.moveaxis(udot, 0, -1), lam, jnp.max(err))
 
@@ -281,7 +274,7 @@ def kinematic_analysis(
 @eqx.filter_jit
 def _consistency(model, state):
     t, q, u = to_cf(state)
-    terms = joint_terms(model, model.formulation.kinematics, t, q, u, jacobian=False)
+    terms = joint_terms(model, model.formulation.kinematics, t, q, u, jacobian=False, cdot=True)
     return _norm_rows(model, terms.c), _norm_rows(model, terms.cdot)
 
 

@@ -110,7 +110,7 @@ class JointTerms(eqx.Module):
     W: list
 
 
-def joint_terms(model, kin, t, q, u, *, jacobian=True, gamma=True):
+def joint_terms(model, kin, t, q, u, *, jacobian=True, gamma=True, cdot=False):
     """Evaluate every joint's residual, W blocks and γ (autodiff of the residual only).
 
     ``kin(q, u)`` is the formulation's q̇ = Q⁻¹(q) u (component-first, linear in u); ``t`` has
@@ -118,7 +118,7 @@ def joint_terms(model, kin, t, q, u, *, jacobian=True, gamma=True):
     """
     nj = len(model.joints)
     c: list = [None] * nj
-    cdot: list = [None] * nj
+    cdot_k: list = [None] * nj
     gam: list = [None] * nj
     W: list = [None] * nj
     # Inside, bodies/joints go BEFORE the batch axes so that the batch stays the minor
@@ -148,6 +148,10 @@ def joint_terms(model, kin, t, q, u, *, jacobian=True, gamma=True):
 
             cdv, cdd = jax.jvp(cd, (qi, qj, tt), (qdi, qdj, ones))
             gv = -cdd
+        elif cdot:  # ċ = W u + c_t only (one jvp)
+            qdi, qdj = kin(qi, ui), kin(qj, uj)
+            cdv = jax.jvp(res, (qi, qj, tt), (qdi, qdj, ones))[1]
+            gv = jnp.zeros(())
         else:
             cdv = gv = jnp.zeros(())
         if jacobian:
@@ -164,10 +168,12 @@ def joint_terms(model, kin, t, q, u, *, jacobian=True, gamma=True):
         for p, k in enumerate(grp.ids):
             c[k] = val[:, p]
             if gamma:
-                cdot[k], gam[k] = cdv[:, p], gv[:, p]
+                cdot_k[k], gam[k] = cdv[:, p], gv[:, p]
+            elif cdot:
+                cdot_k[k] = cdv[:, p]
             if jacobian:
                 W[k] = (jnp.moveaxis(wi[:, :, p], 0, 1), jnp.moveaxis(wj[:, :, p], 0, 1))
-    return JointTerms(c=c, cdot=cdot, gamma=gam, W=W)
+    return JointTerms(c=c, cdot=cdot_k, gamma=gam, W=W)
 
 
 def _minv_rows(mass_b, ht_b, thinv_b, w):
@@ -229,9 +235,6 @@ def solve_multipliers(model, terms: JointTerms, a, rhs_extra=None):
         if rhs_extra is not None:
             r = r + rhs_extra[k]
         rhs.append(r)
-    # Materialise S and the right-hand side: without the barrier XLA fuses the block products
-    # into every scalar of the unrolled factorisation and recomputes them (measured 4x slower).
-    blocks, rhs = jax.lax.optimization_barrier((blocks, rhs))
     lam = BlockCholesky(blocks, nj).solve(rhs)
     corr = [jnp.zeros_like(a_t[:, 0]) for _ in range(nb)]
     fnu = [jnp.zeros_like(a_t[0, 0]) for _ in range(nb)]

@@ -155,9 +155,28 @@ def _rollout(model, state0, dt, integrator, n_steps, save_every, multipliers, th
     # Failures are detected per saved chunk (a non-finite state stays non-finite; the solver
     # flag is accumulated), which keeps reductions out of the per-step loop; the exact step is
     # then located by re-running only the failing chunk (see ``locate`` below).
+    # Mechanisms: the step is large, so a per-step check is cheap and saves compiling the step a
+    # second time for ``locate`` (compile time dominates mechanism rollouts).
+    per_step = bool(getattr(model, "joints", ()))
+
+    def checked_step(carry, k):
+        t, q, u, ok_all, first = carry
+        t1, q1, u1, ok = integrator.step_cf(model, t, q, u, h)
+        good = ok & finite(q1, u1)
+        first = jnp.where((first < 0) & ~good, k, first)
+        return (t1, q1, u1, ok_all & ok, first), None
+
     def chunk(carry, i):
         t, q, u, code, fchunk = carry
         ok0 = jnp.ones(code.shape, bool)
+        if per_step:
+            ks = i * save_every + jnp.arange(save_every, dtype=jnp.int32)
+            (_, q, u, ok, first), _ = jax.lax.scan(checked_step, (t, q, u, ok0, fchunk), ks)
+            fin = finite(q, u)
+            new = (code == RESULT_OK) & ~(fin & ok)
+            code = jnp.where(new, jnp.where(fin, RESULT_SOLVER_FAILED, RESULT_NONFINITE), code)
+            t = t_start + ((i + 1) * save_every).astype(h.dtype) * h
+            return (t, q, u, code, first), save(t, q, u)
         (_, q, u, ok), _ = jax.lax.scan(one_step, (t, q, u, ok0), None, length=save_every)
         t = t_start + ((i + 1) * save_every).astype(h.dtype) * h  # t0 + k h, not a running sum of h
         fin = finite(q, u)
@@ -197,9 +216,12 @@ def _rollout(model, state0, dt, integrator, n_steps, save_every, multipliers, th
         (_, _, _, k), _ = jax.lax.scan(find, init, jnp.arange(save_every, dtype=jnp.int32))
         return jnp.where(fail_code != RESULT_OK, idx * save_every + jnp.maximum(k, 0), -1)
 
-    fail_step = jax.lax.cond(
-        jnp.any(fail_code != RESULT_OK), locate, lambda _: jnp.full(batch, -1, jnp.int32), None
-    )
+    if per_step:
+        fail_step = jnp.where(fail_code != RESULT_OK, fchunk, -1)
+    else:
+        fail_step = jax.lax.cond(
+            jnp.any(fail_code != RESULT_OK), locate, lambda _: jnp.full(batch, -1, jnp.int32), None
+        )
     # time axis after the batch axes: (T, *batch, ...) -> (*batch, T, ...)
     nbatch = len(batch)
     saved = tuple(jnp.moveaxis(x, 0, nbatch) for x in saved)
