@@ -32,7 +32,8 @@ class Trajectory(eqx.Module):
     """Saved states of a rollout, including the initial state.
 
     ``t`` (*batch, T), ``q`` and ``u`` (*batch, T, nb, 7) with T = n_steps // save_every + 1;
-    ``lam`` (*batch, T, nb) the formulation's multiplier at each saved state (or None);
+    ``lam`` (*batch, T, nb + m) the formulation's multipliers at each saved state (or None): the
+    scaling multiplier of each body, then the m joint equations in ``model.joints`` order;
     ``result`` (*batch,) 0 = ok, 1 = state became non-finite, 2 = implicit solver failed;
     ``failed_step`` (*batch,) the first failing step index, −1 if none.
     """
@@ -40,7 +41,7 @@ class Trajectory(eqx.Module):
     t: Float[Array, "*batch T"]
     q: Float[Array, "*batch T nb 7"]
     u: Float[Array, "*batch T nb 7"]
-    lam: Float[Array, "*batch T nb"] | None
+    lam: Float[Array, "*batch T nm"] | None
     result: Int[Array, "*batch"]
     failed_step: Int[Array, "*batch"]
 
