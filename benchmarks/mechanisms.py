@@ -78,7 +78,12 @@ def slider_crank():
         rbjax.Revolute.at(q0, rbjax.GROUND, 0, point=[0, 0, 0], axis=[0, 0, 1], name="main"),
         rbjax.Spherical.at(q0, 0, 1, point=pc, name="crankpin"),
         rbjax.Universal(
-            1, 2, s_i=wrist.s_i, s_j=wrist.s_j, z_i=np.asarray(wrist.z_i), z_j=[0, 1, 0],
+            1,
+            2,
+            s_i=wrist.s_i,
+            s_j=wrist.s_j,
+            z_i=np.asarray(wrist.z_i),
+            z_j=[0, 1, 0],
             name="wristpin",
         ),
         rbjax.Translational.at(
