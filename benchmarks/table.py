@@ -1,6 +1,7 @@
-"""Print a benchmark JSON (from free_body.py) as the Markdown table quoted in the README.
+"""Print a benchmark JSON (free_body.py or mechanisms.py) as the Markdown table in the README.
 
 python benchmarks/table.py benchmarks/results/free_body.json
+python benchmarks/table.py benchmarks/results/mechanisms.json
 """
 
 from __future__ import annotations
@@ -50,6 +51,59 @@ def table(records) -> str:
     return "\n".join(lines)
 
 
+def mechanism_table(records) -> str:
+    """Table of benchmarks/mechanisms.py records: steps/s (mechanism steps) per engine/case."""
+    main = [
+        r
+        for r in records
+        if not r["problem"].startswith("pendulum_") or r["problem"] == "pendulum_2"
+    ]
+    main = [r for r in main if "us_per_step_per_system" not in r]
+    batches = sorted({r["batch"] for r in main})
+    head = (
+        "| engine | problem | integrator | formulation | "
+        + " | ".join(f"B = {b}" for b in batches)
+        + " | compile s (max) |"
+    )
+    lines = [head, "|" + "---|" * (len(batches) + 5)]
+    keys = []
+    for r in main:
+        k = (r["engine"], r["problem"], r["integrator"], r["formulation"])
+        if k not in keys:
+            keys.append(k)
+    for k in keys:
+        by = {
+            r["batch"]: r
+            for r in main
+            if (r["engine"], r["problem"], r["integrator"], r["formulation"]) == k
+        }
+        cells = [f"{by[b]['steps_per_s']:.3g}" if b in by else "–" for b in batches]
+        comp = max(r["compile_s"] for r in by.values())
+        lines.append(
+            f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | " + " | ".join(cells) + f" | {comp:.1f} |"
+        )
+    chain = [r for r in records if "us_per_step_per_system" in r]
+    if chain:
+        lines += [
+            "",
+            "| N links | µs per step per system (RK4, B = 64) | compile s |",
+            "|---|---|---|",
+        ]
+        for r in chain:
+            lines.append(
+                f"| {r['bodies']} | {r['us_per_step_per_system']:.1f} | {r['compile_s']:.1f} |"
+            )
+    m = records[0].get("machine", {})
+    lines.append("")
+    lines.append(
+        f"Mechanism steps per second (body-steps/s = steps/s × bodies; run time of one call after "
+        f"compilation); machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, "
+        f"JAX {m.get('jax', '?')} on {m.get('backend', '?')}."
+    )
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     with open(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results/free_body.json") as fh:
-        print(table(json.load(fh)))
+        recs = json.load(fh)
+    print(mechanism_table(recs) if "engine" in recs[0] else table(recs))
