@@ -290,6 +290,8 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--links", default="2,4,8,16,32,64")
+    p.add_argument("--skip-rbjax", action="store_true", help="only the MuJoCo/MJX rows and chain")
+    p.add_argument("--skip-chain", action="store_true", help="no N-link scaling rows")
     args = p.parse_args(argv)
     batches = [int(b) for b in args.batches.split(",")]
     links = [int(n) for n in args.links.split(",")]
@@ -324,6 +326,8 @@ def main(argv=None):
         )
 
     ref_angles = None
+    if args.skip_rbjax:
+        cases = []
     for problem, integ, form, b in cases:
         # the implicit scheme (dense Newton per system) runs fewer steps; rates are per step
         steps = args.steps if integ != "ImplicitMidpoint" else max(args.steps // 10, 20)
@@ -343,7 +347,7 @@ def main(argv=None):
                 )
             show(r)
     print("\nN-link pendulum (RK4, ScalableDAE, B = 64):")
-    for n in links:
+    for n in [] if args.skip_chain else links:
         rec, _ = rbjax_case("chain", "RK4", "ScalableDAE", 64, max(args.steps // 10, 20), 1, n)
         rec["us_per_step_per_system"] = 1e6 * rec["run_s"] / (64 * rec["steps"])
         show(rec)
