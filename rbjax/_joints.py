@@ -41,6 +41,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from . import _cf as cf
+from . import _quaternion as quat
 from ._constraints import GROUND, AbstractConstraint, _check_f, _vec, _zero, axis, point
 
 
@@ -160,26 +161,8 @@ class AbstractJoint(AbstractConstraint):
 
 
 def _rot_np(a):
-    a0, a1, a2, a3 = a
-    return np.array(
-        [
-            [
-                a0 * a0 + a1 * a1 - a2 * a2 - a3 * a3,
-                2 * (a1 * a2 - a0 * a3),
-                2 * (a1 * a3 + a0 * a2),
-            ],
-            [
-                2 * (a1 * a2 + a0 * a3),
-                a0 * a0 - a1 * a1 + a2 * a2 - a3 * a3,
-                2 * (a2 * a3 - a0 * a1),
-            ],
-            [
-                2 * (a1 * a3 - a0 * a2),
-                2 * (a2 * a3 + a0 * a1),
-                a0 * a0 - a1 * a1 - a2 * a2 + a3 * a3,
-            ],
-        ]
-    )
+    """R(A) of a unit quaternion as a NumPy matrix (build-time helper; seed 000 eq. (23))."""
+    return np.asarray(quat.rotation_matrix(jnp.asarray(a, dtype=float)))
 
 
 class Spherical(AbstractJoint):
