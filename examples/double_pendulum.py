@@ -24,6 +24,8 @@ installed.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import jax
@@ -34,29 +36,14 @@ jax.config.update("jax_enable_x64", True)
 
 import rbjax  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _checks import Checks  # noqa: E402
+
 G, MASS, LENGTH = 9.81, 1.0, 1.0
 I_C = MASS * LENGTH**2 / 12
 ROD_INERTIA = np.diag([0.01 * I_C, I_C, I_C])  # slender rod along body x
 T_REF = 2.0  # length of the comparison with the Lagrangian [s]
 DT_DRIFT = 1e-2  # the coarse step of the drift table [s]
-
-
-class Checks(dict):
-    """Measured errors by key; ``check`` prints one line with PASS/FAIL against a tolerance."""
-
-    failed: list
-
-    def __init__(self):
-        super().__init__()
-        self.failed = []
-
-    def check(self, key, label, err, tol):
-        err = float(err)
-        self[key] = err
-        passed = err <= tol  # NaN fails
-        if not passed:
-            self.failed.append(key)
-        print(f"  {label:50s} {err:10.2e}  (tol {tol:.0e})  {'PASS' if passed else 'FAIL'}")
 
 
 def model(baumgarte=None):

@@ -27,6 +27,8 @@ rates of the velocity loop closure), fast enough to carry it over the top. Check
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import jax
@@ -37,29 +39,14 @@ jax.config.update("jax_enable_x64", True)
 
 import rbjax  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _checks import Checks  # noqa: E402
+
 A_CRANK, B_COUPLER, C_ROCKER, D_GROUND = 0.2, 0.6, 0.5, 0.55
 TH0 = 0.4  # initial crank angle [rad]
 OMEGA0 = 12.0  # initial crank rate [rad/s]
 G = 9.81
 DT = 5e-4
-
-
-class Checks(dict):
-    """Measured errors by key; ``check`` prints one line with PASS/FAIL against a tolerance."""
-
-    failed: list
-
-    def __init__(self):
-        super().__init__()
-        self.failed = []
-
-    def check(self, key, label, err, tol):
-        err = float(err)
-        self[key] = err
-        passed = err <= tol  # NaN fails
-        if not passed:
-            self.failed.append(key)
-        print(f"  {label:52s} {err:10.2e}  (tol {tol:.0e})  {'PASS' if passed else 'FAIL'}")
 
 
 def loop_closure(th):

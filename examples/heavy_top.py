@@ -19,6 +19,8 @@ Three tops run in ONE batched rollout (ScalableDAE, RK4): θ = 30° and 60° on 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import jax
@@ -29,29 +31,14 @@ jax.config.update("jax_enable_x64", True)
 
 import rbjax  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _checks import Checks  # noqa: E402
+
 G, MASS, ARM = 9.81, 1.0, 0.02
 I1C, I3 = 2e-3, 4e-3  # about the centre of mass
 I1 = I1C + MASS * ARM**2  # transverse, about the tip
 SPIN = 20.0  # ω₃ [rad/s]
 CASES = ((30.0, "slow"), (60.0, "slow"), (30.0, "fast"))  # (tilt [deg], root)
-
-
-class Checks(dict):
-    """Measured errors by key; ``check`` prints one line with PASS/FAIL against a tolerance."""
-
-    failed: list
-
-    def __init__(self):
-        super().__init__()
-        self.failed = []
-
-    def check(self, key, label, err, tol):
-        err = float(err)
-        self[key] = err
-        passed = err <= tol  # NaN fails
-        if not passed:
-            self.failed.append(key)
-        print(f"  {label:52s} {err:10.2e}  (tol {tol:.0e})  {'PASS' if passed else 'FAIL'}")
 
 
 def precession_rate(theta, root):

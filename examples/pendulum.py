@@ -20,6 +20,8 @@ produce:
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import equinox as eqx
@@ -30,6 +32,9 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import rbjax  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _checks import Checks  # noqa: E402
 
 G, MASS, LENGTH = 9.81, 1.0, 1.0
 D = LENGTH / 2  # pivot to centre of mass
@@ -83,24 +88,6 @@ def hermite_zeros(t, f, fdot):
 
         out.append(t[k] + h * brentq(p, 0.0, 1.0, xtol=1e-15, rtol=1e-15))
     return np.asarray(out)
-
-
-class Checks(dict):
-    """Measured errors by key; ``check`` prints one line with PASS/FAIL against a tolerance."""
-
-    failed: list
-
-    def __init__(self):
-        super().__init__()
-        self.failed = []
-
-    def check(self, key, label, err, tol):
-        err = float(err)
-        self[key] = err
-        passed = err <= tol  # NaN fails
-        if not passed:
-            self.failed.append(key)
-        print(f"  {label:46s} {err:10.2e}  (tol {tol:.0e})  {'PASS' if passed else 'FAIL'}")
 
 
 @eqx.filter_jit  # one compile instead of many small eager ones

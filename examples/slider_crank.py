@@ -24,6 +24,8 @@ compute:
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import jax
@@ -34,28 +36,13 @@ jax.config.update("jax_enable_x64", True)
 
 import rbjax  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _checks import Checks  # noqa: E402
+
 R, L, TH0, OMEGA = 0.2, 0.6, 0.3, 2.0  # crank, rod [m]; initial crank angle [rad]; motor [rad/s]
 GRAVITY = 9.81 * np.array([0.0, -0.6, -0.8])
 TORQUE = 4.0  # constant crank torque of the dynamics run [N m]
 DT = 2.5e-4  # RK4 step of the dynamics run [s]
-
-
-class Checks(dict):
-    """Measured errors by key; ``check`` prints one line with PASS/FAIL against a tolerance."""
-
-    failed: list
-
-    def __init__(self):
-        super().__init__()
-        self.failed = []
-
-    def check(self, key, label, err, tol):
-        err = float(err)
-        self[key] = err
-        passed = err <= tol  # NaN fails
-        if not passed:
-            self.failed.append(key)
-        print(f"  {label:52s} {err:10.2e}  (tol {tol:.0e})  {'PASS' if passed else 'FAIL'}")
 
 
 def closed_form(th):
