@@ -4,11 +4,14 @@ S = W M⁻¹ Wᵀ is a matrix of small blocks, one block row per joint; block (k
 when joints k and l share a body (plus fill-in). Its sparsity is known at trace time, so the
 factorisation visits the structurally non-zero blocks only: a chain of N links costs O(N) block
 operations instead of O(N³) for a dense factorisation.
+
+Every block operation is unrolled into scalar operations on batch-last arrays (*batch): a block
+row of 1-6 equations is far too small for LAPACK (call overhead dominated: ~4x slower at
+B = 1024), and XLA fuses the scalar operations into a few vectorised loops over the batch.
 """
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 
@@ -20,56 +23,112 @@ def mm_t(a, b):
     return out
 
 
+def _entries(blk):
+    """A block (p, r, *batch) as a nested list of (*batch) arrays."""
+    return [[blk[i, j] for j in range(blk.shape[1])] for i in range(blk.shape[0])]
+
+
+def _chol(a):
+    """Lower Cholesky factor of a nested-list SPD matrix (entries (*batch) arrays)."""
+    m = len(a)
+    L: list[list] = [[None] * m for _ in range(m)]
+    for j in range(m):
+        s = a[j][j]
+        for k in range(j):
+            s = s - L[j][k] * L[j][k]
+        d = jnp.sqrt(s)
+        L[j][j] = d
+        inv = 1.0 / d
+        for i in range(j + 1, m):
+            s = a[i][j]
+            for k in range(j):
+                s = s - L[i][k] * L[j][k]
+            L[i][j] = s * inv
+    return L
+
+
+def _fwd(L, b):
+    """x with L x = b (L lower nested list, b list of entries)."""
+    x = []
+    for i in range(len(L)):
+        s = b[i]
+        for k in range(i):
+            s = s - L[i][k] * x[k]
+        x.append(s / L[i][i])
+    return x
+
+
+def _bwd(L, b):
+    """x with Lᵀ x = b."""
+    m = len(L)
+    x: list = [None] * m
+    for i in reversed(range(m)):
+        s = b[i]
+        for k in range(i + 1, m):
+            s = s - L[k][i] * x[k]
+        x[i] = s / L[i][i]
+    return x
+
+
+def _sub_mm_t(acc, a, b):
+    """acc − a bᵀ on nested lists."""
+    return [
+        [acc[i][j] - sum(a[i][r] * b[j][r] for r in range(len(a[i]))) for j in range(len(b))]
+        for i in range(len(a))
+    ]
+
+
 class BlockCholesky:
-    """Factor S given as {(k, l): block (m_k, m_l, ...)} for k ≥ l (lower blocks only).
+    """Factor S given as {(k, l): block (m_k, m_l, *batch)} for k ≥ l (lower blocks only).
 
     Trace-time object: the Python dict of blocks is the sparsity pattern (fill-in is tracked).
-    Each block operation (Cholesky of a diagonal block, triangular solve, Schur update) is ONE
-    batched XLA operation on batch-first copies of the blocks (…, m_k, m_l): an earlier version
-    unrolled every scalar of the factorisation, which ran ~2x faster at B = 1024 but doubled the
-    compile time of a mechanism's right-hand side (7 s against 3 s for the double pendulum).
-    ``solve(b)`` takes and returns a list of per-block vectors (m_k, ...) (batch trailing).
+    ``solve(b)`` takes and returns a list of per-block vectors (m_k, *batch).
     """
 
     def __init__(self, blocks: dict, n: int):
         self.n = n
-        bf = {key: jnp.moveaxis(blk, (0, 1), (-2, -1)) for key, blk in blocks.items()}
+        S = {key: _entries(blk) for key, blk in blocks.items()}
         L: dict = {}
         for k in range(n):
-            acc = bf[(k, k)]
+            acc = S[(k, k)]
             for l in range(k):
                 if (k, l) in L:
-                    acc = acc - L[(k, l)] @ jnp.swapaxes(L[(k, l)], -1, -2)
-            L[(k, k)] = jnp.linalg.cholesky(acc)
+                    acc = _sub_mm_t(acc, L[(k, l)], L[(k, l)])
+            L[(k, k)] = _chol(acc)
             for i in range(k + 1, n):
-                acc = bf.get((i, k))
+                acc = S.get((i, k))
                 for l in range(k):
                     if (i, l) in L and (k, l) in L:
-                        term = L[(i, l)] @ jnp.swapaxes(L[(k, l)], -1, -2)
-                        acc = -term if acc is None else acc - term
+                        if acc is None:
+                            acc = [[0.0] * len(L[(k, l)]) for _ in L[(i, l)]]
+                        acc = _sub_mm_t(acc, L[(i, l)], L[(k, l)])
                 if acc is not None:
-                    # L_ik = S_ik L_kk⁻ᵀ  <=>  L_kk L_ikᵀ = S_ikᵀ
-                    xt = jax.scipy.linalg.solve_triangular(
-                        L[(k, k)], jnp.swapaxes(acc, -1, -2), lower=True
-                    )
-                    L[(i, k)] = jnp.swapaxes(xt, -1, -2)
+                    # L_ik = S_ik L_kk⁻ᵀ: each row r of L_ik solves L_kk x = S_ik[r]ᵀ
+                    L[(i, k)] = [_fwd(L[(k, k)], row) for row in acc]
         self.L = L
         self.below = {k: [i for i in range(k + 1, n) if (i, k) in L] for k in range(n)}
 
     def solve(self, b: list) -> list:
         n, L = self.n, self.L
-        bf = [jnp.moveaxis(v, 0, -1)[..., None] for v in b]
         y = []
         for k in range(n):
-            acc = bf[k]
+            acc = [b[k][r] for r in range(b[k].shape[0])]
             for l in range(k):
                 if (k, l) in L:
-                    acc = acc - L[(k, l)] @ y[l]
-            y.append(jax.scipy.linalg.solve_triangular(L[(k, k)], acc, lower=True))
+                    blk = L[(k, l)]
+                    acc = [
+                        acc[r] - sum(blk[r][c] * y[l][c] for c in range(len(y[l])))
+                        for r in range(len(acc))
+                    ]
+            y.append(_fwd(L[(k, k)], acc))
         x: list = [None] * n
         for k in reversed(range(n)):
-            acc = y[k]
+            acc = list(y[k])
             for i in self.below[k]:
-                acc = acc - jnp.swapaxes(L[(i, k)], -1, -2) @ x[i]
-            x[k] = jax.scipy.linalg.solve_triangular(L[(k, k)], acc, lower=True, trans="T")
-        return [jnp.moveaxis(v[..., 0], -1, 0) for v in x]
+                blk = L[(i, k)]
+                acc = [
+                    acc[c] - sum(blk[r][c] * x[i][r] for r in range(len(x[i])))
+                    for c in range(len(acc))
+                ]
+            x[k] = _bwd(L[(k, k)], acc)
+        return [jnp.stack(v) for v in x]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -89,13 +90,30 @@ def _check_f(name, f):
     return f
 
 
+class Frame(NamedTuple):
+    """A body's placement as world position r (3, ...) and transform A = E(p)G(p)ᵀ (3, 3, ...).
+
+    The built-in constraints are written through :func:`point` and :func:`axis`, so they accept
+    either the coordinates q (7, ...) or a Frame. The engine differentiates them with respect to
+    the Frame (chain rule through A(p) done once per body instead of once per joint row; see
+    rbjax/_mechanics.py); the residual, its Jacobian and γ are the same functions of q.
+    """
+
+    r: Array
+    T: Array
+
+
 def point(q, s):
     """World position r + A s̄ of the body point s̄ (component-first; A s̄ = E(p)G(p)ᵀ s̄)."""
+    if isinstance(q, Frame):
+        return q.r + cf.matvec(q.T, s)
     return q[0:3] + cf.transform(q[3:7], s)
 
 
 def axis(q, a):
     """World direction A ā of the body vector ā (component-first)."""
+    if isinstance(q, Frame):
+        return cf.matvec(q.T, a)
     return cf.transform(q[3:7], a)
 
 

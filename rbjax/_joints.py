@@ -41,6 +41,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from . import _cf as cf
+from . import _constraints
 from . import _quaternion as quat
 from ._constraints import GROUND, AbstractConstraint, _check_f, _vec, _zero, axis, point
 
@@ -368,3 +369,13 @@ JOINT_TYPES = (
     RotationDriver,
     TranslationDriver,
 )
+
+# Types whose residual reads q only through point()/axis(): the engine differentiates them with
+# respect to each body's Frame (r, A) (rbjax/_mechanics.py). Exact types only: a user subclass
+# may index q directly and takes the generic route.
+FRAME_TYPES = frozenset(JOINT_TYPES) | {
+    _constraints.DP1,
+    _constraints.DP2,
+    _constraints.D,
+    _constraints.CD,
+}

@@ -32,7 +32,8 @@ import numpy as np
 
 from . import _cf as cf
 from ._blockchol import BlockCholesky, mm_t
-from ._constraints import GROUND
+from ._constraints import GROUND, Frame
+from ._joints import FRAME_TYPES
 from ._mass import half_trace, inertia_cf, minv
 
 
@@ -110,11 +111,142 @@ class JointTerms(eqx.Module):
     W: list
 
 
+def _body_frames(kin, qx, ux, *, jacobian, gamma, cdot):
+    """Per-body Frame data in the extended layout (…, nb + 1, *batch) (ground included).
+
+    Returns A (3, 3, …), the direction tangents dA[l] = ∂A/∂p · q̇_p(e_{3+l}) (4, 3, 3, …) for the
+    rotational velocity directions, Ȧ along u and Ä = d/dt Ȧ at fixed u. All by jvp of A(p)
+    along the formulation's kinematics. This uses the engine-wide convention that q̇ = kin(q, u)
+    has ṙ = u[0:3] and that ṗ depends on (p, u[3:7]) only (true for every formulation).
+    """
+    p = qx[3:7]
+    T = cf.transform_matrix(p)
+    out = {"T": T}
+
+    def pdot(pp, uu):
+        return kin(jnp.concatenate([qx[0:3], pp], axis=0), uu)[3:7]
+
+    if jacobian:
+        eye = jnp.eye(7, dtype=qx.dtype)
+
+        def direction(e):
+            e = jnp.broadcast_to(e.reshape((7,) + (1,) * (qx.ndim - 1)), qx.shape)
+            return jax.jvp(cf.transform_matrix, (p,), (pdot(p, e),))[1]
+
+        out["dT"] = jax.vmap(direction)(eye[3:7])
+    if gamma or cdot:
+
+        def tdot(pp):
+            return jax.jvp(cf.transform_matrix, (pp,), (pdot(pp, ux),))[1]
+
+        if gamma:
+            out["Td"], out["Tdd"] = jax.jvp(tdot, (p,), (pdot(p, ux),))
+        else:
+            out["Td"] = tdot(p)
+    return out
+
+
+def _frame_group(res, fr, qx, ux, bi, bj, tt, *, jacobian, gamma, cdot):
+    """c, ċ, γ and W of one group of frame-capable joints (see :func:`joint_terms`)."""
+    ri, rj = qx[0:3][:, bi], qx[0:3][:, bj]
+    Ti, Tj = fr["T"][:, :, bi], fr["T"][:, :, bj]
+    Fi, Fj = Frame(ri, Ti), Frame(rj, Tj)
+    val = res(Fi, Fj, tt)
+    cdv = gv = jnp.zeros(())
+    if gamma or cdot:
+        vi, vj = ux[0:3][:, bi], ux[0:3][:, bj]
+        Tdi, Tdj = fr["Td"][:, :, bi], fr["Td"][:, :, bj]
+        if gamma:
+            Tddi, Tddj = fr["Tdd"][:, :, bi], fr["Tdd"][:, :, bj]
+        else:
+            Tddi = Tddj = jnp.zeros_like(Ti)
+
+        def path(tau):
+            # second-order Taylor path of the frames at fixed u (r̈ = 0 since ṙ = v)
+            h = 0.5 * tau * tau
+            a = Frame(ri + tau * vi, Ti + tau * Tdi + h * Tddi)
+            b = Frame(rj + tau * vj, Tj + tau * Tdj + h * Tddj)
+            return res(a, b, tt + tau)
+
+        def first(tau):
+            return jax.jvp(path, (tau,), (jnp.ones_like(tau),))[1]
+
+        zero = jnp.zeros((), qx.dtype)
+        if gamma:
+            cdv, cdd = jax.jvp(first, (zero,), (jnp.ones_like(zero),))
+            gv = -cdd
+        else:
+            cdv = first(zero)
+    wi = wj = None
+    if jacobian:
+        eye3 = jnp.eye(3, dtype=qx.dtype)
+
+        def trans(e, side):
+            r0 = ri if side == 0 else rj
+            d = jnp.broadcast_to(e.reshape((3,) + (1,) * (r0.ndim - 1)), r0.shape)
+            if side == 0:
+                return jax.jvp(lambda r: res(Frame(r, Ti), Fj, tt), (ri,), (d,))[1]
+            return jax.jvp(lambda r: res(Fi, Frame(r, Tj), tt), (rj,), (d,))[1]
+
+        def rot(dT, side):
+            if side == 0:
+                return jax.jvp(lambda T: res(Frame(ri, T), Fj, tt), (Ti,), (dT[:, :, bi],))[1]
+            return jax.jvp(lambda T: res(Fi, Frame(rj, T), tt), (Tj,), (dT[:, :, bj],))[1]
+
+        wi = jnp.concatenate(
+            [jax.vmap(lambda e: trans(e, 0))(eye3), jax.vmap(lambda d: rot(d, 0))(fr["dT"])]
+        )
+        wj = jnp.concatenate(
+            [jax.vmap(lambda e: trans(e, 1))(eye3), jax.vmap(lambda d: rot(d, 1))(fr["dT"])]
+        )
+    return val, cdv, gv, wi, wj
+
+
+def _generic_group(res, kin, qx, ux, bi, bj, tt, *, jacobian, gamma, cdot):
+    """c, ċ, γ and W of a group of joints by jvps of the residual along kin(q, ·) in q."""
+    qi, qj = qx[:, bi], qx[:, bj]
+    ui, uj = ux[:, bi], ux[:, bj]
+    ones = jnp.ones_like(tt)
+    val = res(qi, qj, tt)
+    cdv = gv = jnp.zeros(())
+    if gamma:
+
+        def cd(a, b, s):
+            return jax.jvp(res, (a, b, s), (kin(a, ui), kin(b, uj), ones))[1]
+
+        cdv, cdd = jax.jvp(cd, (qi, qj, tt), (kin(qi, ui), kin(qj, uj), ones))
+        gv = -cdd
+    elif cdot:
+        cdv = jax.jvp(res, (qi, qj, tt), (kin(qi, ui), kin(qj, uj), ones))[1]
+    wi = wj = None
+    if jacobian:
+        eye = jnp.eye(7, dtype=qx.dtype)
+
+        def col(e, side):
+            q_s = qi if side == 0 else qj
+            d = kin(q_s, jnp.broadcast_to(e.reshape((7,) + (1,) * (q_s.ndim - 1)), q_s.shape))
+            z = jnp.zeros_like(d)
+            tang = (d, z) if side == 0 else (z, d)
+            return jax.jvp(lambda a, b: res(a, b, tt), (qi, qj), tang)[1]
+
+        wi = jax.vmap(lambda e: col(e, 0))(eye)  # (7, m, g, *batch)
+        wj = jax.vmap(lambda e: col(e, 1))(eye)
+    return val, cdv, gv, wi, wj
+
+
 def joint_terms(model, kin, t, q, u, *, jacobian=True, gamma=True, cdot=False):
     """Evaluate every joint's residual, W blocks and γ (autodiff of the residual only).
 
     ``kin(q, u)`` is the formulation's q̇ = Q⁻¹(q) u (component-first, linear in u); ``t`` has
     shape (..., 1) or (...,); q, u (7, ..., nb).
+
+    Built-in joints (``FRAME_TYPES``) read q only through world points r + A s̄ and vectors A ā.
+    Their W is obtained by the chain rule split at the body Frame (r, A): ∂A/∂p along each of
+    the 4 rotational velocity directions is ONE jvp of A(p) per body, shared by all joints on the
+    body; each joint then costs a jvp of its residual with respect to (r, A), which is linear in
+    (r, A). γ is the second derivative of the residual along the Taylor path of the frames at
+    fixed u. Other constraints (CustomConstraint, user subclasses) take jvps of the residual in
+    q directly. Both routes are autodiff of the residual alone; tests compare them.
     """
     nj = len(model.joints)
     c: list = [None] * nj
@@ -127,53 +259,36 @@ def joint_terms(model, kin, t, q, u, *, jacobian=True, gamma=True, cdot=False):
     tt = (t[..., 0] if t.ndim == q.ndim - 1 else t)[None]  # (1, *batch)
     qx = jnp.moveaxis(_extend(q, _GROUND_Q), -1, 1)
     ux = jnp.moveaxis(_extend(u, _ZERO_U), -1, 1)
-    eye = jnp.eye(7, dtype=q.dtype)
-    for grp in groups(model):
+    grps = groups(model)
+    fr = None
+    if any(_frame_capable(g) for g in grps):
+        fr = _body_frames(kin, qx, ux, jacobian=jacobian, gamma=gamma, cdot=cdot)
+    for grp in grps:
         joint = jax.tree.map(
             lambda x: x.reshape(x.shape + (1,) * nbatch) if eqx.is_array(x) else x, grp.joint
         )
-        qi, qj = qx[:, grp.bi], qx[:, grp.bj]
-        ui, uj = ux[:, grp.bi], ux[:, grp.bj]
 
         def res(a, b, s, joint=joint):
             return joint.residual(a, b, s)
 
-        ones = jnp.ones_like(tt)
-        val = res(qi, qj, tt)
-        if gamma:
-            qdi, qdj = kin(qi, ui), kin(qj, uj)
-
-            def cd(a, b, s, ui=ui, uj=uj, res=res, ones=ones):
-                return jax.jvp(res, (a, b, s), (kin(a, ui), kin(b, uj), ones))[1]
-
-            cdv, cdd = jax.jvp(cd, (qi, qj, tt), (qdi, qdj, ones))
-            gv = -cdd
-        elif cdot:  # ċ = W u + c_t only (one jvp)
-            qdi, qdj = kin(qi, ui), kin(qj, uj)
-            cdv = jax.jvp(res, (qi, qj, tt), (qdi, qdj, ones))[1]
-            gv = jnp.zeros(())
+        flags = dict(jacobian=jacobian, gamma=gamma, cdot=cdot)
+        if _frame_capable(grp):
+            val, cdv, gv, wi, wj = _frame_group(res, fr, qx, ux, grp.bi, grp.bj, tt, **flags)
         else:
-            cdv = gv = jnp.zeros(())
-        if jacobian:
-
-            def col(e, side, qi=qi, qj=qj, res=res):
-                q_s = qi if side == 0 else qj
-                d = kin(q_s, jnp.broadcast_to(e.reshape((7,) + (1,) * (q_s.ndim - 1)), q_s.shape))
-                z = jnp.zeros_like(d)
-                tang = (d, z) if side == 0 else (z, d)
-                return jax.jvp(lambda a, b: res(a, b, tt), (qi, qj), tang)[1]
-
-            wi = jax.vmap(lambda e: col(e, 0))(eye)  # (7, m, g, *batch)
-            wj = jax.vmap(lambda e: col(e, 1))(eye)
+            val, cdv, gv, wi, wj = _generic_group(res, kin, qx, ux, grp.bi, grp.bj, tt, **flags)
         for p, k in enumerate(grp.ids):
             c[k] = val[:, p]
             if gamma:
                 cdot_k[k], gam[k] = cdv[:, p], gv[:, p]
             elif cdot:
                 cdot_k[k] = cdv[:, p]
-            if jacobian:
+            if wi is not None and wj is not None:
                 W[k] = (jnp.moveaxis(wi[:, :, p], 0, 1), jnp.moveaxis(wj[:, :, p], 0, 1))
     return JointTerms(c=c, cdot=cdot_k, gamma=gam, W=W)
+
+
+def _frame_capable(grp):
+    return type(grp.joint) in FRAME_TYPES
 
 
 def _minv_rows(mass_b, ht_b, thinv_b, w):
