@@ -29,9 +29,28 @@ import statistics
 import sys
 import time
 
-import jax
-import jax.numpy as jnp
-import numpy as np
+
+def _devices_from_argv(argv) -> int:
+    """--devices N must act before JAX starts: N host CPU devices, one per core by default."""
+    n = os.cpu_count() or 1
+    for i, a in enumerate(argv):
+        if a == "--devices" and i + 1 < len(argv):
+            n = int(argv[i + 1])
+        elif a.startswith("--devices="):
+            n = int(a.split("=", 1)[1])
+    return max(1, n)
+
+
+DEVICES = _devices_from_argv(sys.argv)
+if DEVICES > 1 and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={DEVICES}"
+    ).strip()
+
+import equinox as eqx  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
@@ -123,7 +142,9 @@ def _time(call, repeats):
     return out, max(first - run_s, 0.0), run_s, repeats
 
 
-def rbjax_case(problem, integrator, formulation, batch, steps, repeats, n_links=2):
+def rbjax_case(problem, integrator, formulation, batch, steps, repeats, n_links=2, devices=1):
+    """One rbjax row. ``devices`` > 1 splits the batch over that many host CPU devices (one per
+    core) with ``eqx.filter_pmap``: the way a user runs a batch on all cores."""
     if problem == "slider_crank":
         bodies, joints, forces, state = slider_crank()
     else:
@@ -139,10 +160,23 @@ def rbjax_case(problem, integrator, formulation, batch, steps, repeats, n_links=
     state = jax.tree.map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), state)
     integ = INTEGRATORS[integrator]()
     dt = jnp.asarray(1e-3)
+    devices = devices if devices > 1 and batch % devices == 0 and batch >= 64 * devices else 1
+    if devices > 1:
+        split = jax.tree.map(lambda x: x.reshape((devices, batch // devices) + x.shape[1:]), state)
+        rbjax.rollout(model, state, dt, 1, integrator=integ)  # validates the concrete state once
+        run = eqx.filter_pmap(
+            lambda s: rbjax.rollout(model, s, dt, steps, integrator=integ, save_every=steps)
+        )
 
-    def call():
-        tr = rbjax.rollout(model, state, dt, steps, integrator=integ, save_every=steps)
-        return jax.block_until_ready(tr)
+        def call():
+            tr = jax.block_until_ready(run(split))
+            return jax.tree.map(lambda x: x.reshape((batch,) + x.shape[2:]), tr)
+
+    else:
+
+        def call():
+            tr = rbjax.rollout(model, state, dt, steps, integrator=integ, save_every=steps)
+            return jax.block_until_ready(tr)
 
     tr, compile_s, run_s, reps = _time(call, repeats)
     assert np.all(np.isfinite(np.asarray(tr.q))), "non-finite result"
@@ -162,6 +196,7 @@ def rbjax_case(problem, integrator, formulation, batch, steps, repeats, n_links=
         "compile_s": compile_s,
         "run_s": run_s,
         "repeats": reps,
+        "devices": devices,
     }, tr
 
 
@@ -292,6 +327,12 @@ def main(argv=None):
     p.add_argument("--links", default="2,4,8,16,32,64")
     p.add_argument("--skip-rbjax", action="store_true", help="only the MuJoCo/MJX rows and chain")
     p.add_argument("--skip-chain", action="store_true", help="no N-link scaling rows")
+    p.add_argument(
+        "--devices",
+        type=int,
+        default=DEVICES,
+        help="host CPU devices for batches >= 64 per device (default: one per core)",
+    )
     args = p.parse_args(argv)
     batches = [int(b) for b in args.batches.split(",")]
     links = [int(n) for n in args.links.split(",")]
@@ -331,7 +372,7 @@ def main(argv=None):
     for problem, integ, form, b in cases:
         # the implicit scheme (dense Newton per system) runs fewer steps; rates are per step
         steps = args.steps if integ != "ImplicitMidpoint" else max(args.steps // 10, 20)
-        rec, tr = rbjax_case(problem, integ, form, b, steps, args.repeats)
+        rec, tr = rbjax_case(problem, integ, form, b, steps, args.repeats, devices=args.devices)
         if problem == "double_pendulum" and integ == "RK4" and form == "ScalableDAE":
             rec["final_angles"] = ref_angles = rbjax_angles(tr)
         show(rec)

@@ -85,6 +85,7 @@ def rollout(
     save_every: int = 1,
     multipliers: bool = False,
     throw: bool = True,
+    batch_chunk: int | None = None,
 ) -> Trajectory:
     """Integrate ``n_steps`` steps of size ``dt`` and save every ``save_every``-th state.
 
@@ -92,6 +93,11 @@ def rollout(
     ``lax.scan``. Inside, a state that turns non-finite or an implicit step that fails to
     converge raises (``eqx.error_if`` family) naming the first failing step; with
     ``throw=False`` the failure is reported in ``Trajectory.result`` and ``failed_step``.
+
+    ``batch_chunk``: a batch of B systems is integrated in pieces of this many systems, each
+    over the whole time span (``lax.map`` over pieces), so that a piece's working set stays in
+    cache. ``None`` picks 64 for mechanisms and no chunking for free bodies (measured in
+    benchmarks/); 0 disables it. Results do not depend on it.
     """
     integrator = RK4() if integrator is None else integrator
     if not isinstance(integrator, AbstractIntegrator):
@@ -115,28 +121,35 @@ def rollout(
     check_mechanism_state(model, state0)
     if is_concrete(model.inertia):
         validate_inertia("model.inertia", model.inertia)
+    if batch_chunk is None:
+        batch_chunk = _DEFAULT_CHUNK if getattr(model, "joints", ()) else 0
+    if not isinstance(batch_chunk, (int, np.integer)) or batch_chunk < 0:
+        raise ValueError(
+            f"batch_chunk = {batch_chunk!r} is not a non-negative integer. Fix: pass e.g. 64, "
+            "0 (no chunking) or None (automatic)."
+        )
     return _rollout(
-        model, state0, dt, integrator, int(n_steps), int(save_every), bool(multipliers), bool(throw)
+        model,
+        state0,
+        dt,
+        integrator,
+        int(n_steps),
+        int(save_every),
+        bool(multipliers),
+        bool(throw),
+        int(batch_chunk),
     )
 
 
-@eqx.filter_jit
-def _rollout(model, state0, dt, integrator, n_steps, save_every, multipliers, throw):
-    t, q, u = to_cf(state0)
-    # Broadcast the state over the batch axes of the model parameters (leading axes).
-    batch = jnp.broadcast_shapes(
-        q.shape[1:-1], model.mass.shape[:-1], model.inertia.shape[:-3], model.gravity.shape[:-1]
-    )
-    nb = model.nb
+# Systems per cache-sized piece of a batched mechanism rollout: the double pendulum runs at
+# 0.30 M steps/s at B = 64 against 0.11 M at B = 1024 unchunked (benchmarks/mechanisms.py).
+_DEFAULT_CHUNK = 64
 
-    def lift(x, lead):  # insert missing batch axes after the ``lead`` component axes
-        missing = len(batch) - (x.ndim - lead - 1)
-        return x.reshape(x.shape[:lead] + (1,) * missing + x.shape[lead:])
 
-    q = jnp.broadcast_to(lift(q, 1), (7,) + batch + (nb,))
-    u = jnp.broadcast_to(lift(u, 1), (7,) + batch + (nb,))
-    t = jnp.broadcast_to(lift(t, 0), batch + (1,))
-    h = jnp.asarray(dt, q.dtype)
+def _integrate(model, t, q, u, batch, integrator, h, n_steps, save_every, multipliers):
+    """The time integration of one batch (component-first t, q, u with batch shape ``batch``).
+
+    Returns (saved (t, q, u[, lam]) with the time axis first, result code, failed step)."""
     f = model.formulation
 
     def finite(q, u):
@@ -223,6 +236,74 @@ def _rollout(model, state0, dt, integrator, n_steps, save_every, multipliers, th
         fail_step = jax.lax.cond(
             jnp.any(fail_code != RESULT_OK), locate, lambda _: jnp.full(batch, -1, jnp.int32), None
         )
+    return saved, fail_code, fail_step
+
+
+def _chunked(model, t, q, u, batch, size, args):
+    """:func:`_integrate` over pieces of ``size`` systems (``lax.map``), padded to a multiple."""
+    B = batch[0]
+    n = -(-B // size)
+    pad = n * size - B
+
+    def split(x, axis):  # (..., B, ...) -> (n, ..., size, ...) with edge padding
+        if pad:
+            idx = jnp.concatenate([jnp.arange(B), jnp.full((pad,), B - 1)])
+            x = jnp.take(x, idx, axis=axis)
+        x = x.reshape(x.shape[:axis] + (n, size) + x.shape[axis + 1 :])
+        return jnp.moveaxis(x, axis, 0)
+
+    def batched(x, base):  # a model leaf carrying the batch axis in front of ``base`` dims
+        return x.ndim == base + 1 and x.shape[0] == B
+
+    leaves = {
+        "mass": (model.mass, 1),
+        "inertia": (model.inertia, 3),
+        "gravity": (model.gravity, 1),
+    }
+    mapped = {k: split(v, 0) for k, (v, base) in leaves.items() if batched(v, base)}
+    xs = (split(t, 0), split(q, 1), split(u, 1), mapped)
+
+    def piece(x):
+        tc, qc, uc, leaves_c = x
+        m = model
+        for k, v in leaves_c.items():
+            m = eqx.tree_at(lambda mm, k=k: getattr(mm, k), m, v)
+        return _integrate(m, tc, qc, uc, (size,), *args)
+
+    saved, code, step = jax.lax.map(piece, xs)
+
+    def join(x, axis):  # (n, ..., size, ...) -> (..., B, ...)
+        x = jnp.moveaxis(x, 0, axis)
+        x = x.reshape(x.shape[:axis] + (n * size,) + x.shape[axis + 2 :])
+        return jax.lax.slice_in_dim(x, 0, B, axis=axis)
+
+    saved = tuple(join(x, 1) for x in saved)  # (n, T, size, ...) -> (T, B, ...)
+    return saved, join(code, 0), join(step, 0)
+
+
+@eqx.filter_jit
+def _rollout(model, state0, dt, integrator, n_steps, save_every, multipliers, throw, batch_chunk):
+    t, q, u = to_cf(state0)
+    # Broadcast the state over the batch axes of the model parameters (leading axes).
+    batch = jnp.broadcast_shapes(
+        q.shape[1:-1], model.mass.shape[:-1], model.inertia.shape[:-3], model.gravity.shape[:-1]
+    )
+    nb = model.nb
+
+    def lift(x, lead):  # insert missing batch axes after the ``lead`` component axes
+        missing = len(batch) - (x.ndim - lead - 1)
+        return x.reshape(x.shape[:lead] + (1,) * missing + x.shape[lead:])
+
+    q = jnp.broadcast_to(lift(q, 1), (7,) + batch + (nb,))
+    u = jnp.broadcast_to(lift(u, 1), (7,) + batch + (nb,))
+    t = jnp.broadcast_to(lift(t, 0), batch + (1,))
+    h = jnp.asarray(dt, q.dtype)
+    args = (integrator, h, n_steps, save_every, multipliers)
+    B = batch[0] if len(batch) == 1 else 0
+    if batch_chunk and B > batch_chunk:
+        saved, fail_code, fail_step = _chunked(model, t, q, u, batch, batch_chunk, args)
+    else:
+        saved, fail_code, fail_step = _integrate(model, t, q, u, batch, *args)
     # time axis after the batch axes: (T, *batch, ...) -> (*batch, T, ...)
     nbatch = len(batch)
     saved = tuple(jnp.moveaxis(x, 0, nbatch) for x in saved)
