@@ -77,7 +77,12 @@ def mechanism_table(records) -> str:
             for r in main
             if (r["engine"], r["problem"], r["integrator"], r["formulation"]) == k
         }
-        cells = [f"{by[b]['steps_per_s']:.3g}" if b in by else "–" for b in batches]
+        cells = [
+            f"{by[b]['steps_per_s']:.3g}" + ("†" if by[b].get("devices", 1) > 1 else "")
+            if b in by
+            else "–"
+            for b in batches
+        ]
         comp = max(r["compile_s"] for r in by.values())
         lines.append(
             f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | " + " | ".join(cells) + f" | {comp:.1f} |"
@@ -94,6 +99,13 @@ def mechanism_table(records) -> str:
                 f"| {r['bodies']} | {r['us_per_step_per_system']:.1f} | {r['compile_s']:.1f} |"
             )
     m = records[0].get("machine", {})
+    ndev = max((r.get("devices", 1) for r in main), default=1)
+    if ndev > 1:
+        lines.append("")
+        lines.append(
+            f"† the batch split over {ndev} host CPU devices (one per core) with "
+            "`eqx.filter_pmap`, as MuJoCo's rollout uses one thread per core."
+        )
     lines.append("")
     lines.append(
         f"Mechanism steps per second (body-steps/s = steps/s × bodies; run time of one call after "

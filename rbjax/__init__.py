@@ -96,6 +96,12 @@ from ._forces import (
 from ._forces import (
     PointForce as PointForce,
 )
+from ._forces import (
+    RotationalSpringDamper as RotationalSpringDamper,
+)
+from ._forces import (
+    TranslationalSpringDamper as TranslationalSpringDamper,
+)
 from ._integrators import (
     RK4 as RK4,
 )

@@ -11,10 +11,13 @@ acceleration analyses.
 
 from __future__ import annotations
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 from jaxtyping import Array, Float
 
 from . import _cf as cf
@@ -22,7 +25,7 @@ from ._constraints import GROUND
 from ._dynamics import UdwadiaSchutte
 from ._errors import is_concrete
 from ._mass import from_cf, to_cf
-from ._mechanics import JointTerms, joint_terms, solve_multipliers
+from ._mechanics import JointTerms, joint_terms, one_shot, solve_multipliers
 from ._state import State
 
 
@@ -72,8 +75,32 @@ def _project_velocity(model, t, q, u):
     return u + du
 
 
-@eqx.filter_jit
+# One-shot analyses compile with XLA's backend optimisation off: it halves their compile time
+# (3.7 s -> 1.8 s for the slider-crank checks), which dominates; their run time is negligible.
+_ONE_SHOT_OPTIONS = {"xla_backend_optimization_level": 0}
+
+
+def _one_shot_jit(fn):
+    """``eqx.filter_jit`` with :data:`_ONE_SHOT_OPTIONS` at top level; JAX accepts compiler
+    options only there, so under an outer transformation (grad, jvp, jit) the plain version."""
+    fast = eqx.filter_jit(fn, compiler_options=_ONE_SHOT_OPTIONS)  # pyright: ignore[reportCallIssue]
+    plain = eqx.filter_jit(fn)
+
+    @functools.wraps(fn)
+    def call(*args):
+        traced = any(isinstance(x, Tracer) for x in jax.tree.leaves(args))
+        return (plain if traced else fast)(*args)
+
+    return call
+
+
+@_one_shot_jit
 def _assemble(model, state, tol, max_iters, velocities):
+    with one_shot():
+        return _assemble_body(model, state, tol, max_iters, velocities)
+
+
+def _assemble_body(model, state, tol, max_iters, velocities):
     t, q, u = to_cf(state)
     q, err, it = _project_position(model, t, q, tol, max_iters)
     if velocities:
@@ -136,7 +163,7 @@ class Mobility(eqx.Module):
     singular_values: Float[Array, " m"]
 
 
-@eqx.filter_jit
+@_one_shot_jit
 def _jacobian_blocks(model, state):
     t, q, u = to_cf(state)
     return joint_terms(model, model.formulation.kinematics, t, q, u, gamma=False).W
@@ -144,7 +171,10 @@ def _jacobian_blocks(model, state):
 
 def jacobian_matrix(model, state: State) -> np.ndarray:
     """W̃ as a dense (m, 6·nb) or (m, 7·nb) NumPy matrix for ONE system (rigid bodies: (v, ω))."""
-    blocks = _jacobian_blocks(model, state)
+    return _dense_jacobian(model, _jacobian_blocks(model, state))
+
+
+def _dense_jacobian(model, blocks) -> np.ndarray:
     cols = [6 if not s else 7 for s in model.scalable]
     offs = np.cumsum([0] + cols)
     keep = [[0, 1, 2, 4, 5, 6] if not s else [0, 1, 2, 3, 4, 5, 6] for s in model.scalable]
@@ -173,7 +203,10 @@ def mobility(model, state: State, *, rtol: float = 1e-9) -> Mobility:
         raise ValueError(
             f"mobility: state.q has shape {state.q.shape}; pass ONE system (nb, 7), e.g. state[0]."
         )
-    mat = jacobian_matrix(model, state)
+    return _mobility(model, jacobian_matrix(model, state), rtol)
+
+
+def _mobility(model, mat, rtol) -> Mobility:
     uu, sv, _ = np.linalg.svd(mat)
     tol = rtol * max(1.0, sv.max() if sv.size else 1.0)
     rank = int(np.sum(sv > tol))
@@ -211,8 +244,13 @@ class KinematicResult(eqx.Module):
     residual: Float[Array, " T"]
 
 
-@eqx.filter_jit
+@_one_shot_jit
 def _kinematic_scan(model, q0, times, tol, max_iters):
+    with one_shot():
+        return _kinematic_scan_body(model, q0, times, tol, max_iters)
+
+
+def _kinematic_scan_body(model, q0, times, tol, max_iters):
     def one(q_prev, t):
         tt = jnp.reshape(t, (1,))
         q, err, _ = _project_position(model, tt, q_prev, tol, max_iters)
@@ -271,11 +309,14 @@ def kinematic_analysis(
     return KinematicResult(t=t, q=q, u=u, udot=udot, lam=lam, residual=res)
 
 
-@eqx.filter_jit
+@_one_shot_jit
 def _consistency(model, state):
+    """Residuals and velocity residuals of every batch member, and the W blocks of the first
+    (one compiled function: these checks run before every rollout's first call)."""
     t, q, u = to_cf(state)
-    terms = joint_terms(model, model.formulation.kinematics, t, q, u, jacobian=False, cdot=True)
-    return _norm_rows(model, terms.c), _norm_rows(model, terms.cdot)
+    terms = joint_terms(model, model.formulation.kinematics, t, q, u, cdot=True, gamma=False)
+    first = [tuple(w.reshape(w.shape[:2] + (-1,))[..., 0] for w in pair) for pair in terms.W]
+    return _norm_rows(model, terms.c), _norm_rows(model, terms.cdot), first
 
 
 def check_mechanism_state(model, state: State, *, tol: float | None = None) -> None:
@@ -291,7 +332,7 @@ def check_mechanism_state(model, state: State, *, tol: float | None = None) -> N
         return
     if tol is None:
         tol = 1e-8 if state.q.dtype == jnp.float64 else 1e-3
-    c, cd = _consistency(model, state)
+    c, cd, first_w = _consistency(model, state)
     for what, val, fix in (
         ("position", c, "rbjax.assemble(model, state)"),
         ("velocity", cd, "rbjax.assemble(model, state) (it also projects the velocities)"),
@@ -306,12 +347,7 @@ def check_mechanism_state(model, state: State, *, tol: float | None = None) -> N
             )
     if isinstance(model.formulation, UdwadiaSchutte):
         return
-    first = State(
-        t=state.t.reshape(-1)[0],
-        q=state.q.reshape(-1, model.nb, 7)[0],
-        u=state.u.reshape(-1, model.nb, 7)[0],
-    )
-    mob = mobility(model, first)
+    mob = _mobility(model, _dense_jacobian(model, first_w), 1e-9)
     if mob.redundant:
         raise ValueError(
             f"The joint equations are redundant (rank {mob.rank} < {mob.rows} rows); joints "

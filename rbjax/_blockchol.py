@@ -12,6 +12,7 @@ B = 1024), and XLA fuses the scalar operations into a few vectorised loops over 
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 
@@ -132,3 +133,33 @@ class BlockCholesky:
                 ]
             x[k] = _bwd(L[(k, k)], acc)
         return [jnp.stack(v) for v in x]
+
+
+def dense_solve(blocks: dict, n: int, b: list) -> list:
+    """The same solve with ONE dense batched Cholesky (LAPACK) of the assembled S.
+
+    Slower per call than :class:`BlockCholesky` for small blocks but compiles to a handful of
+    operations; used inside one-shot analyses (assembly, kinematic analysis), where compile time
+    dominates (see :func:`rbjax._mechanics.one_shot`).
+    """
+    sizes = [v.shape[0] for v in b]
+    rows = []
+    for k in range(n):
+        row = []
+        for l in range(n):
+            if (k, l) in blocks:
+                blk = blocks[(k, l)]
+            elif (l, k) in blocks:
+                blk = jnp.swapaxes(blocks[(l, k)], 0, 1)
+            else:
+                blk = jnp.zeros((sizes[k], sizes[l]) + b[k].shape[1:], b[k].dtype)
+            row.append(jnp.broadcast_to(blk, (sizes[k], sizes[l]) + b[k].shape[1:]))
+        rows.append(jnp.concatenate(row, axis=1))
+    S = jnp.moveaxis(jnp.concatenate(rows, axis=0), (0, 1), (-2, -1))
+    rhs = jnp.moveaxis(jnp.concatenate(b, axis=0), 0, -1)[..., None]
+    x = jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(S, lower=True), rhs)
+    x = jnp.moveaxis(x[..., 0], -1, 0)
+    offs = [0]
+    for m in sizes:
+        offs.append(offs[-1] + m)
+    return [x[offs[k] : offs[k + 1]] for k in range(n)]

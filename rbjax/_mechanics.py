@@ -23,6 +23,7 @@ evaluated together, so compile time grows with the number of joint TYPES, not jo
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import equinox as eqx
@@ -31,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _cf as cf
-from ._blockchol import BlockCholesky, mm_t
+from ._blockchol import BlockCholesky, dense_solve, mm_t
 from ._constraints import GROUND, Frame
 from ._joints import FRAME_TYPES
 from ._mass import half_trace, inertia_cf, minv
@@ -291,6 +292,22 @@ def _frame_capable(grp):
     return type(grp.joint) in FRAME_TYPES
 
 
+_ONE_SHOT = [False]
+
+
+@contextlib.contextmanager
+def one_shot():
+    """Trace-time switch for analyses that run once (assembly, kinematic analysis, checks):
+    the Schur complement is solved by one dense LAPACK Cholesky instead of the unrolled block
+    factorisation, trading run time (irrelevant there) for a much smaller program to compile."""
+    old = _ONE_SHOT[0]
+    _ONE_SHOT[0] = True
+    try:
+        yield
+    finally:
+        _ONE_SHOT[0] = old
+
+
 def _minv_rows(mass_b, ht_b, thinv_b, w):
     """M_b⁻¹ applied to every row of w (m, 7, ...) (seed 000 eq. (64))."""
     lin = w[:, 0:3] / mass_b
@@ -350,7 +367,10 @@ def solve_multipliers(model, terms: JointTerms, a, rhs_extra=None):
         if rhs_extra is not None:
             r = r + rhs_extra[k]
         rhs.append(r)
-    lam = BlockCholesky(blocks, nj).solve(rhs)
+    if _ONE_SHOT[0]:
+        lam = dense_solve(blocks, nj, rhs)
+    else:
+        lam = BlockCholesky(blocks, nj).solve(rhs)
     corr = [jnp.zeros_like(a_t[:, 0]) for _ in range(nb)]
     fnu = [jnp.zeros_like(a_t[0, 0]) for _ in range(nb)]
     for k, side in wt:

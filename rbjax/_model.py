@@ -82,7 +82,8 @@ class Model(eqx.Module):
         for i, f in enumerate(forces):
             if not isinstance(f, AbstractForce):
                 raise ValueError(
-                    f"Model(forces[{i}]) = {f!r} is not an rbjax force. Fix: use PointForce, BodyTorque or ForceFunction."
+                    f"Model(forces[{i}]) = {f!r} is not an rbjax force. Fix: use PointForce, "
+                    "BodyTorque, ForceFunction, TranslationalSpringDamper or RotationalSpringDamper."
                 )
             body = getattr(f, "body", None)
             if body is not None and not 0 <= body < len(bodies):
@@ -91,6 +92,23 @@ class Model(eqx.Module):
                     body,
                     f"is not a body index in [0, {len(bodies)})",
                     "index the bodies list of the Model",
+                )
+            # two-body forces (spring-dampers): each side a body or GROUND, not the same body
+            pair = (getattr(f, "body_i", None), getattr(f, "body_j", None))
+            for side, b in zip(("body_i", "body_j"), pair, strict=True):
+                if b is not None and not (b == GROUND or 0 <= b < len(bodies)):
+                    fail(
+                        f"forces[{i}].{side}",
+                        b,
+                        f"is not a body index in [0, {len(bodies)}) or rbjax.GROUND (-1)",
+                        "index the bodies list of the Model, or use rbjax.GROUND",
+                    )
+            if pair[0] is not None and pair[0] == pair[1]:
+                fail(
+                    f"forces[{i}].body_j",
+                    pair[1],
+                    "equals body_i: the force connects a body to itself",
+                    "connect two different bodies (or a body and rbjax.GROUND)",
                 )
         self.forces = forces
         formulation = ScalableDAE() if formulation is None else formulation
