@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _cf as cf
-from ._blockchol import BlockCholesky, dense_solve, mm_t
+from ._blockchol import dense_solve, factor, mm_t
 from ._constraints import GROUND, Frame
 from ._joints import FRAME_TYPES
 from ._mass import half_trace, inertia_cf, minv
@@ -370,7 +370,7 @@ def solve_multipliers(model, terms: JointTerms, a, rhs_extra=None):
     if _ONE_SHOT[0]:
         lam = dense_solve(blocks, nj, rhs)
     else:
-        lam = BlockCholesky(blocks, nj).solve(rhs)
+        lam = factor(blocks, nj, sum(model.joint_rows)).solve(rhs)
     corr = [jnp.zeros_like(a_t[:, 0]) for _ in range(nb)]
     fnu = [jnp.zeros_like(a_t[0, 0]) for _ in range(nb)]
     for k, side in wt:

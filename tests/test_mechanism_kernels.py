@@ -17,7 +17,7 @@ from conftest import assert_close
 
 import rbjax
 from rbjax import _mechanics as mech
-from rbjax._blockchol import BlockCholesky
+from rbjax._blockchol import BlockCholesky, BlockCholeskyBatched, dense_solve
 
 
 def _all_joint_types_model(formulation, subset=None):
@@ -96,8 +96,16 @@ def _dense(blocks, sizes):
     return S, off
 
 
+SOLVERS = {
+    "unrolled": lambda blocks, n, b: BlockCholesky(blocks, n).solve(b),
+    "batched": lambda blocks, n, b: BlockCholeskyBatched(blocks, n).solve(b),
+    "dense": dense_solve,
+}
+
+
+@pytest.mark.parametrize("solver", sorted(SOLVERS))
 @pytest.mark.parametrize("pattern", ["chain", "loop"])
-def test_block_cholesky_matches_dense_solve(pattern):
+def test_block_cholesky_matches_dense_solve(pattern, solver):
     """A 4-block SPD matrix with the sparsity of a chain, and of a closed loop (fill-in)."""
     rng = np.random.default_rng(0)
     sizes = [5, 3, 1, 6]
@@ -124,8 +132,8 @@ def test_block_cholesky_matches_dense_solve(pattern):
     if pattern == "loop":
         assert (3, 0) in blocks and (2, 0) not in blocks  # fill-in needed at (2, 0)
     b = rng.normal(size=sum(sizes))
-    x = BlockCholesky(blocks, n).solve(
-        [jnp.asarray(b[off[k] : off[k + 1]])[:, None] for k in range(n)]
+    x = SOLVERS[solver](
+        blocks, n, [jnp.asarray(b[off[k] : off[k + 1]])[:, None] for k in range(n)]
     )
     assert_close(np.concatenate([np.asarray(v)[:, 0] for v in x]), np.linalg.solve(S, b))
 
