@@ -132,9 +132,7 @@ def test_block_cholesky_matches_dense_solve(pattern, solver):
     if pattern == "loop":
         assert (3, 0) in blocks and (2, 0) not in blocks  # fill-in needed at (2, 0)
     b = rng.normal(size=sum(sizes))
-    x = SOLVERS[solver](
-        blocks, n, [jnp.asarray(b[off[k] : off[k + 1]])[:, None] for k in range(n)]
-    )
+    x = SOLVERS[solver](blocks, n, [jnp.asarray(b[off[k] : off[k + 1]])[:, None] for k in range(n)])
     assert_close(np.concatenate([np.asarray(v)[:, 0] for v in x]), np.linalg.solve(S, b))
 
 

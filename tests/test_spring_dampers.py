@@ -496,6 +496,7 @@ def test_rollout_derivatives_in_tsda_parameters_match_finite_differences():
 
     worst = check_derivatives(loss, everything(model), where, "forward")
     print(f"\nrollout derivatives: worst rel err vs central differences {worst:.1e}")
+    assert worst <= 1e-6  # (check_derivatives also asserts per parameter)
 
 
 def test_resultant_gradients_in_all_parameters_match_finite_differences():
@@ -541,6 +542,7 @@ def test_resultant_gradients_in_all_parameters_match_finite_differences():
 
     worst = check_derivatives(loss, everything(model), where, "reverse")
     print(f"\nresultant gradients: worst rel err vs central differences {worst:.1e}")
+    assert worst <= 1e-6  # (check_derivatives also asserts per parameter)
 
 
 # ------------------------------------------------------------------ singularity at l = 0
