@@ -58,6 +58,20 @@ def machine() -> dict:
     }
 
 
+def write_records(records: list, path: str | None) -> list:
+    """Stamp every record with the machine, print it and write the JSON list to ``path``."""
+    info = machine()
+    for r in records:
+        r["machine"] = info
+    print(f"machine: {info}")
+    if path:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as fh:
+            json.dump(records, fh, indent=1)
+        print(f"wrote {len(records)} records to {path}")
+    return records
+
+
 def run_case(integrator, formulation, dtype, batch, steps, dt, repeats):
     model = rbjax.Model(
         rbjax.Body(jnp.asarray(1.0, dtype), jnp.diag(jnp.asarray([1.0, 2.0, 3.0], dtype))),
@@ -146,16 +160,7 @@ def main(argv=None):
             f"{rec['compile_s']:10.2f} {rec['run_s']:8.4f}",
             flush=True,
         )
-    info = machine()
-    for r in records:
-        r["machine"] = info
-    print(f"machine: {info}")
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as fh:
-            json.dump(records, fh, indent=1)
-        print(f"wrote {len(records)} records to {args.json}")
-    return records
+    return write_records(records, args.json)
 
 
 if __name__ == "__main__":

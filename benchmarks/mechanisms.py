@@ -23,7 +23,6 @@ batch, steps, body_steps_per_s, compile_s, run_s) plus engine, bodies and steps_
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -57,7 +56,10 @@ jax.config.update("jax_enable_x64", True)
 import rbjax  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from free_body import machine  # noqa: E402
+from free_body import write_records  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import slider_crank as slider_crank_example  # noqa: E402
 
 ROD_I = np.diag([1e-3, 1.0 / 12.0, 1.0 / 12.0])
 
@@ -75,43 +77,10 @@ def chain(n: int):
 
 
 def slider_crank():
-    """The spatial slider-crank of examples/slider_crank.py (crank torque 2 N m)."""
-    r, l, th0 = 0.2, 0.6, 0.3
-    xs = r * np.cos(th0) + np.sqrt(l**2 - (r * np.sin(th0)) ** 2)
-    pc = np.array([r * np.cos(th0), r * np.sin(th0), 0.0])
-    phi = -np.arcsin(r * np.sin(th0) / l)
-    q0 = np.stack(
-        [
-            np.r_[pc / 2, np.cos(th0 / 2), 0, 0, np.sin(th0 / 2)],
-            np.r_[(pc + [xs, 0, 0]) / 2, np.cos(phi / 2), 0, 0, np.sin(phi / 2)],
-            np.r_[xs, 0, 0, 1, 0, 0, 0],
-        ]
-    )
-    bodies = [
-        rbjax.Body(1.0, np.diag([1e-3, 1e-2, 1e-2]), name="crank"),
-        rbjax.Body(2.0, np.diag([1e-3, 6e-2, 6e-2]), name="rod"),
-        rbjax.Body(3.0, np.diag([1e-2, 1e-2, 1e-2]), name="slider"),
-    ]
-    wrist = rbjax.Revolute.at(q0, 1, 2, point=[xs, 0, 0], axis=[0, 0, 1])
-    joints = [
-        rbjax.Revolute.at(q0, rbjax.GROUND, 0, point=[0, 0, 0], axis=[0, 0, 1], name="main"),
-        rbjax.Spherical.at(q0, 0, 1, point=pc, name="crankpin"),
-        rbjax.Universal(
-            1,
-            2,
-            s_i=wrist.s_i,
-            s_j=wrist.s_j,
-            z_i=np.asarray(wrist.z_i),
-            z_j=[0, 1, 0],
-            name="wristpin",
-        ),
-        rbjax.Translational.at(
-            q0, rbjax.GROUND, 2, point=[0, 0, 0], axis=[1, 0, 0], x=[0, 1, 0], name="slide"
-        ),
-    ]
-    forces = [rbjax.BodyTorque(0, [0.0, 0.0, 2.0])]
-    state = rbjax.make_state(position=q0[:, :3], quaternion=q0[:, 3:])
-    return bodies, joints, forces, state
+    """The spatial slider-crank of examples/slider_crank.py (without its motor), crank torque
+    2 N m."""
+    bodies, joints, _, state = slider_crank_example.mechanism()
+    return bodies, joints, [rbjax.BodyTorque(0, [0.0, 0.0, 2.0])], state
 
 
 INTEGRATORS = {
@@ -222,6 +191,27 @@ MJCF = """
 """
 
 
+def _reduced_record(engine, dtype, batch, steps, compile_s, run_s, reps, angles):
+    """A MuJoCo / MJX row of the double pendulum (2 joint angles, dt = 1e-3)."""
+    return {
+        "engine": engine,
+        "problem": "pendulum_2",
+        "integrator": "RK4",
+        "formulation": "reduced (2 joint angles)",
+        "dtype": dtype,
+        "batch": batch,
+        "bodies": 2,
+        "steps": steps,
+        "dt": 1e-3,
+        "steps_per_s": batch * steps / run_s,
+        "body_steps_per_s": 2 * batch * steps / run_s,
+        "compile_s": compile_s,
+        "run_s": run_s,
+        "repeats": reps,
+        "final_angles": [float(a) for a in angles],
+    }
+
+
 def mujoco_cases(batch, steps, repeats):
     """MuJoCo C (RK4, threads = cores) and MJX on the same double pendulum; None if absent."""
     try:
@@ -247,23 +237,9 @@ def mujoco_cases(batch, steps, repeats):
     # qpos sits after time in the full physics state
     angles = st[0, -1, 1:3]
     out.append(
-        {
-            "engine": f"mujoco-c ({nthread} threads)",
-            "problem": "pendulum_2",
-            "integrator": "RK4",
-            "formulation": "reduced (2 joint angles)",
-            "dtype": "float64",
-            "batch": batch,
-            "bodies": 2,
-            "steps": steps,
-            "dt": 1e-3,
-            "steps_per_s": batch * steps / run_s,
-            "body_steps_per_s": 2 * batch * steps / run_s,
-            "compile_s": compile_s,
-            "run_s": run_s,
-            "repeats": reps,
-            "final_angles": [float(a) for a in angles],
-        }
+        _reduced_record(
+            f"mujoco-c ({nthread} threads)", "float64", batch, steps, compile_s, run_s, reps, angles
+        )
     )
     try:
         from mujoco import mjx
@@ -287,23 +263,16 @@ def mujoco_cases(batch, steps, repeats):
 
         qpos, compile_s, run_s, reps = _time(call_mjx, repeats)
         out.append(
-            {
-                "engine": "mjx (jax, cpu)",
-                "problem": "pendulum_2",
-                "integrator": "RK4",
-                "formulation": "reduced (2 joint angles)",
-                "dtype": str(qpos.dtype),
-                "batch": batch,
-                "bodies": 2,
-                "steps": steps,
-                "dt": 1e-3,
-                "steps_per_s": batch * steps / run_s,
-                "body_steps_per_s": 2 * batch * steps / run_s,
-                "compile_s": compile_s,
-                "run_s": run_s,
-                "repeats": reps,
-                "final_angles": [float(a) for a in np.asarray(qpos[0])],
-            }
+            _reduced_record(
+                "mjx (jax, cpu)",
+                str(qpos.dtype),
+                batch,
+                steps,
+                compile_s,
+                run_s,
+                reps,
+                np.asarray(qpos[0]),
+            )
         )
     except Exception as e:  # MJX versions drift; report instead of failing the benchmark
         print(f"MJX failed: {type(e).__name__}: {e}", file=sys.stderr)
@@ -395,16 +364,7 @@ def main(argv=None):
         rec, _ = rbjax_case("chain", "RK4", "ScalableDAE", 64, max(args.steps // 10, 20), 1, n)
         rec["us_per_step_per_system"] = 1e6 * rec["run_s"] / (64 * rec["steps"])
         show(rec)
-    info = machine()
-    for r in records:
-        r["machine"] = info
-    print(f"machine: {info}")
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as fh:
-            json.dump(records, fh, indent=1)
-        print(f"wrote {len(records)} records to {args.json}")
-    return records
+    return write_records(records, args.json)
 
 
 if __name__ == "__main__":
