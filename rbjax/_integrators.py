@@ -35,6 +35,10 @@ from ._errors import is_concrete
 from ._forces import total_resultants
 from ._mass import from_cf, minv, to_cf
 from ._mechanics import joint_force_correction, joint_terms
+from ._newton import batch_jacobian as _jacobian
+from ._newton import batched_solve as _batched_solve
+from ._newton import flatten as _flatten
+from ._newton import unflatten as _unflatten
 
 
 class AbstractIntegrator(eqx.Module):
@@ -166,36 +170,6 @@ def RK4() -> ExplicitRK:
 
 
 # ------------------------------------------------------------------ implicit midpoint
-
-
-def _flatten(z):
-    """(k, *batch, nb) -> (k*nb, *batch): one column per (component, body) of a system."""
-    z = jnp.moveaxis(z, -1, 1)
-    return z.reshape((z.shape[0] * z.shape[1],) + z.shape[2:])
-
-
-def _unflatten(zf, k, nb):
-    z = zf.reshape((k, nb) + zf.shape[1:])
-    return jnp.moveaxis(z, 1, -1)
-
-
-def _jacobian(g, zf):
-    """Jacobian of a batch-separable map g: (n, *batch) -> (n, *batch), as (*batch, n, n).
-
-    Systems in a batch never interact, so one jvp per system coordinate (n of them, seeded with
-    the same unit vector in every system) gives every system's full Jacobian at once.
-    """
-    n = zf.shape[0]
-    eye = jnp.eye(n, dtype=zf.dtype).reshape((n, n) + (1,) * (zf.ndim - 1))
-    cols = jax.vmap(lambda e: jax.jvp(g, (zf,), (jnp.broadcast_to(e, zf.shape),))[1])(eye)
-    # cols[k, i, ...] = dg_i / dz_k  ->  (..., i, k)
-    return jnp.moveaxis(jnp.moveaxis(cols, 0, -1), 0, -2)
-
-
-def _batched_solve(jac, rhs):
-    """Solve jac x = rhs per system; jac (*batch, n, n), rhs (n, *batch)."""
-    x = jnp.linalg.solve(jac, jnp.moveaxis(rhs, 0, -1)[..., None])[..., 0]
-    return jnp.moveaxis(x, -1, 0)
 
 
 def _cayley_velocity(q0, q1, um):
@@ -362,11 +336,14 @@ class ImplicitMidpoint(AbstractIntegrator):
 class Projected(AbstractIntegrator):
     """Any integrator followed by projection onto the constraint manifolds (drift control).
 
-    After each step of ``base``, positions are projected onto Φ(q, t) = 0 by Newton iterations
-    with minimum-norm corrections in the mass metric (as :func:`rbjax.assemble`) and, with
-    ``velocities=True``, velocities onto W u + Φ_t = 0 by the M-orthogonal projection. The
-    order of ``base`` is kept (the projection changes the solution by O(h^{p+1}) per step);
-    the position residual stays at the Newton tolerance ``tol`` (default 1e-12 in float64).
+    After each step of ``base`` to q̃, positions are projected onto Φ(q, t) = 0 along the
+    mass-weighted normal at q̃ (the standard projection of Hairer, Lubich & Wanner, GNI §IV.4):
+    q = N(q̃ + Q⁻¹M⁻¹W̃(q̃)ᵀμ) with μ solving Φ(q, t) = 0 by simplified Newton (the Schur
+    complement S(q̃) factored once); with ``velocities=True``, velocities are then projected
+    onto W u + Φ_t = 0 by the M-orthogonal projection. The order of ``base`` is kept (the
+    projection changes the solution by O(h^{p+1}) per step); the position residual stays at
+    the Newton tolerance ``tol`` (default 1e-12 in float64). The projection is differentiated
+    by the implicit function theorem (forward and reverse mode), not through its iterations.
     """
 
     base: AbstractIntegrator

@@ -163,7 +163,8 @@ class AbstractJoint(AbstractConstraint):
 
 def _rot_np(a):
     """R(A) of a unit quaternion as a NumPy matrix (build-time helper; seed 000 eq. (23))."""
-    return np.asarray(quat.rotation_matrix(jnp.asarray(a, dtype=float)))
+    with jax.ensure_compile_time_eval():  # works inside jit too: the data are constants
+        return np.asarray(quat.rotation_matrix(jnp.asarray(a, dtype=float)))
 
 
 class Spherical(AbstractJoint):

@@ -321,6 +321,62 @@ def body_of(model, k, side):
     return j.body_i if side == 0 else j.body_j
 
 
+class SchurSystem:
+    """S = W̃ M⁻¹ W̃ᵀ of ``terms.W`` assembled and factored once (trace-time object).
+
+    ``solve(rhs)`` returns S⁻¹ rhs for per-joint right-hand sides (list of (m_k, ...)); a
+    projection that iterates with a frozen W̃ (rbjax/_assembly.py) factors S only once.
+    """
+
+    def __init__(self, model, terms: JointTerms, dtype):
+        nb, nj = model.nb, len(model.joints)
+        rigid = [not s for s in model.scalable]
+        thinv = cf.sym_inv(inertia_cf(model))
+        ht = half_trace(model)
+        nu_mask = jnp.asarray([0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0], dtype)
+        wt, x = {}, {}
+        for k in range(nj):
+            for side in (0, 1):
+                b = body_of(model, k, side)
+                if b == GROUND:
+                    continue
+                w = terms.W[k][side]
+                if rigid[b]:
+                    w = w * (1.0 - nu_mask).reshape((1, 7) + (1,) * (w.ndim - 2))
+                wt[(k, side)] = w
+                x[(k, side)] = _minv_rows(model.mass[..., b], ht[..., b], thinv[..., b], w)
+        touching = {b: [] for b in range(nb)}
+        for k, side in wt:
+            touching[body_of(model, k, side)].append((k, side))
+        blocks: dict = {}
+        for b in range(nb):
+            for k, sk in touching[b]:
+                for l, sl in touching[b]:
+                    if l > k:
+                        continue
+                    blk = mm_t(wt[(k, sk)], x[(l, sl)])
+                    blocks[(k, l)] = blk if (k, l) not in blocks else blocks[(k, l)] + blk
+        self.model, self.terms, self.wt, self.x = model, terms, wt, x
+        if _ONE_SHOT[0]:
+            self._solve = lambda rhs: dense_solve(blocks, nj, rhs)
+        else:
+            self._solve = factor(blocks, nj, sum(model.joint_rows)).solve
+
+    def solve(self, rhs: list) -> list:
+        return self._solve(rhs)
+
+    def correction(self, lam: list, like):
+        """(M⁻¹W̃ᵀλ (7, ..., nb), (Wᵀλ)_ν (..., nb)) for per-joint λ; ``like`` (7, nb, ...)."""
+        nb = self.model.nb
+        corr = [jnp.zeros_like(like[:, 0]) for _ in range(nb)]
+        fnu = [jnp.zeros_like(like[0, 0]) for _ in range(nb)]
+        for k, side in self.wt:
+            b = body_of(self.model, k, side)
+            corr[b] = corr[b] + jnp.sum(self.x[(k, side)] * lam[k][:, None], axis=0)
+            fnu[b] = fnu[b] + jnp.sum(self.terms.W[k][side][:, 3] * lam[k], axis=0)
+        return jnp.stack(corr, axis=-1), jnp.stack(fnu, axis=-1)
+
+
 def solve_multipliers(model, terms: JointTerms, a, rhs_extra=None):
     """Solve S λ = γ − W̃ a (+ rhs_extra) and return (λ per joint, M⁻¹W̃ᵀλ, (Wᵀλ)_ν).
 
@@ -328,56 +384,21 @@ def solve_multipliers(model, terms: JointTerms, a, rhs_extra=None):
     bodies. Returns λ as a list of (m_k, ...), the correction (7, ..., nb) to add to a, and the
     scaling component of the joint forces per body (..., nb).
     """
-    nb, nj = model.nb, len(model.joints)
-    rigid = [not s for s in model.scalable]
-    thinv = cf.sym_inv(inertia_cf(model))
-    ht = half_trace(model)
-    nu_mask = jnp.asarray([0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0], a.dtype)
-
-    wt, x = {}, {}
-    for k in range(nj):
-        for side in (0, 1):
-            b = body_of(model, k, side)
-            if b == GROUND:
-                continue
-            w = terms.W[k][side]
-            if rigid[b]:
-                w = w * (1.0 - nu_mask).reshape((1, 7) + (1,) * (w.ndim - 2))
-            wt[(k, side)] = w
-            x[(k, side)] = _minv_rows(model.mass[..., b], ht[..., b], thinv[..., b], w)
-    touching = {b: [] for b in range(nb)}
-    for k, side in wt:
-        touching[body_of(model, k, side)].append((k, side))
-    blocks: dict = {}
-    for b in range(nb):
-        for k, sk in touching[b]:
-            for l, sl in touching[b]:
-                if l > k:
-                    continue
-                blk = mm_t(wt[(k, sk)], x[(l, sl)])
-                blocks[(k, l)] = blk if (k, l) not in blocks else blocks[(k, l)] + blk
+    schur = SchurSystem(model, terms, a.dtype)
     a_t = jnp.moveaxis(a, -1, 1)  # (7, nb, ...): bodies before the batch (contiguous slices)
     rhs = []
-    for k in range(nj):
+    for k in range(len(model.joints)):
         r = terms.gamma[k]
         for side in (0, 1):
-            if (k, side) in wt:
+            if (k, side) in schur.wt:
                 b = body_of(model, k, side)
-                r = r - jnp.sum(wt[(k, side)] * a_t[:, b][None], axis=1)
+                r = r - jnp.sum(schur.wt[(k, side)] * a_t[:, b][None], axis=1)
         if rhs_extra is not None:
             r = r + rhs_extra[k]
         rhs.append(r)
-    if _ONE_SHOT[0]:
-        lam = dense_solve(blocks, nj, rhs)
-    else:
-        lam = factor(blocks, nj, sum(model.joint_rows)).solve(rhs)
-    corr = [jnp.zeros_like(a_t[:, 0]) for _ in range(nb)]
-    fnu = [jnp.zeros_like(a_t[0, 0]) for _ in range(nb)]
-    for k, side in wt:
-        b = body_of(model, k, side)
-        corr[b] = corr[b] + jnp.sum(x[(k, side)] * lam[k][:, None], axis=0)
-        fnu[b] = fnu[b] + jnp.sum(terms.W[k][side][:, 3] * lam[k], axis=0)
-    return lam, jnp.stack(corr, axis=-1), jnp.stack(fnu, axis=-1)
+    lam = schur.solve(rhs)
+    corr, fnu = schur.correction(lam, a_t)
+    return lam, corr, fnu
 
 
 def joint_force_correction(model, terms: JointTerms, lam, *, reduced: bool):
