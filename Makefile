@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(PY) examples/tumbling_body.py --out tumbling_body.png
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist worksteal
 
 lint: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[dev]"
