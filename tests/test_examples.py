@@ -22,6 +22,11 @@ ROOT = Path(__file__).resolve().parents[1]
             ["--batch", "64", "--t-end", "3"],
             "max |t_flip − exact elliptic t_flip|",
         ),
+        (
+            "train_controller.py",
+            ["--steps", "150", "--batch", "16", "--t-end", "4"],
+            "controlled runs that flip",
+        ),
     ],
 )
 def test_example_runs_and_checks_itself(script, args, expect):
