@@ -139,6 +139,8 @@ from ._joints import Translational as Translational
 from ._joints import TranslationDriver as TranslationDriver
 from ._joints import Universal as Universal
 from ._model import Model as Model
+from ._params import Positive as Positive
+from ._params import PrincipalInertia as PrincipalInertia
 from ._reactions import Reactions as Reactions
 from ._reactions import reactions as reactions
 from ._simulate import (
