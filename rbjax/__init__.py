@@ -102,6 +102,16 @@ from ._forces import (
 from ._forces import (
     TranslationalSpringDamper as TranslationalSpringDamper,
 )
+from ._identify import AbstractObservation as AbstractObservation
+from ._identify import AngularVelocity as AngularVelocity
+from ._identify import Custom as Custom
+from ._identify import IdentificationResult as IdentificationResult
+from ._identify import Measurements as Measurements
+from ._identify import Orientation as Orientation
+from ._identify import Position as Position
+from ._identify import ReactionForce as ReactionForce
+from ._identify import Velocity as Velocity
+from ._identify import identify as identify
 from ._integrators import (
     RK4 as RK4,
 )
