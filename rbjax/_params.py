@@ -9,8 +9,9 @@ diverge or produce nonsense, and the fit would stall. Here the raw leaves (the a
 * :class:`Positive`: x = softplus(raw) + floor (or exp(raw) + floor): masses, damping,
   stiffness, lengths.
 * :class:`PrincipalInertia`: the principal SECOND moments of the mass distribution
-  Σᵢ = ∫ xᵢ² dm = softplus(rawᵢ) ≥ 0 and an orientation quaternion (any nonzero 4-vector,
-  normalised when used). The principal moments of inertia are I₁ = Σ₂ + Σ₃, I₂ = Σ₁ + Σ₃,
+  Σᵢ = ∫ xᵢ² dm = softplus(rawᵢ) ≥ 0 and the rotation vector v of the principal axes
+  (R = rotation of exp(v/2): three numbers for three degrees of freedom, so no direction of
+  the raw parameters is void, which matters to the identifiability report of rbjax.identify). The principal moments of inertia are I₁ = Σ₂ + Σ₃, I₂ = Σ₁ + Σ₃,
   I₃ = Σ₁ + Σ₂, so positive semi-definiteness and all three triangle inequalities hold by
   construction, and Θ = R diag(I) Rᵀ. This is the density-realisability condition of Wensing,
   Kim & Slotine (IEEE RA-L 3(1), 2018) for the rotational part, in closed form; the log-Cholesky
@@ -81,14 +82,14 @@ class PrincipalInertia(eqx.Module):
     """An inertia about the centre of mass in body axes that is physical for every raw value.
 
     ``raw_moments`` (..., 3): softplus⁻¹ of the principal second moments Σᵢ = ∫xᵢ² dm;
-    ``raw_rotation`` (..., 4): a quaternion (normalised when used) whose rotation R has the
-    principal axes as columns. Properties: :attr:`matrix` Θ = R diag(I) Rᵀ, :attr:`moments` I,
+    ``raw_rotation`` (..., 3): rotation vector v [rad] of the rotation R = R(exp(v/2)) whose
+    columns are the principal axes in body axes (|v| ≤ π from :meth:`from_matrix`). Properties: :attr:`matrix` Θ = R diag(I) Rᵀ, :attr:`moments` I,
     :attr:`axes` R, :attr:`scale` ½ tr Θ = Σ₁ + Σ₂ + Σ₃, :attr:`ratios` I / ½ tr Θ. Leading
     batch axes broadcast.
     """
 
     raw_moments: Float[Array, "... 3"]
-    raw_rotation: Float[Array, "... 4"]
+    raw_rotation: Float[Array, "... 3"]
 
     @property
     def second_moments(self) -> Array:
@@ -102,7 +103,7 @@ class PrincipalInertia(eqx.Module):
 
     @property
     def axes(self) -> Array:
-        return quat.rotation_matrix(self.raw_rotation)
+        return quat.rotation_matrix(quat.exp(0.5 * self.raw_rotation))
 
     @property
     def matrix(self) -> Array:
@@ -120,7 +121,7 @@ class PrincipalInertia(eqx.Module):
     @classmethod
     def from_moments(cls, moments, rotation=None, *, dtype=None):
         """From principal moments I (3,) (triangle inequalities required) and an optional
-        quaternion (4,) of the principal axes (default: body axes)."""
+        rotation vector (3,) [rad] of the principal axes (default: the body axes)."""
         m = np.asarray(moments, dtype=np.float64)
         if m.shape[-1:] != (3,) or not np.all(np.isfinite(m)) or np.any(m <= 0):
             fail(
@@ -156,5 +157,6 @@ class PrincipalInertia(eqx.Module):
         validate_inertia("PrincipalInertia.from_matrix(inertia)", arr)
         w, v = np.linalg.eigh(arr)
         v = v * np.where(np.linalg.det(v) < 0, -1.0, 1.0)[..., None, None]
-        rot = np.asarray(quat.from_matrix(jnp.asarray(v)))
-        return cls.from_moments(w, rot, dtype=dtype)
+        a = np.asarray(quat.from_matrix(jnp.asarray(v)))
+        a = a * np.sign(a[0]) if a[0] != 0 else a  # the short way round: |v| <= π
+        return cls.from_moments(w, 2.0 * np.asarray(quat.log(jnp.asarray(a))), dtype=dtype)
