@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
             ["--batch", "64", "--t-end", "3"],
             "max |t_flip − exact elliptic t_flip|",
         ),
+        ("identify_tumbling.py", [], "moment ratios, largest relative error"),
         (
             "train_controller.py",
             ["--steps", "150", "--batch", "16", "--t-end", "4"],
