@@ -10,7 +10,7 @@ motion, rbjax.reactions). Checked against the true c = 0.05 N m s/rad: the estim
 2 % and within three of its Gauss–Newton standard errors, reduced χ² ≈ 1, and a fit without
 damping leaves a misfit many times the noise.
 
-    python examples/identify_damping.py [--samples 301]
+    python examples/identify_damping.py [--samples 301] [--optimizer lbfgs|adam]
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ def main(argv=None):
     )
     ap.add_argument("--samples", type=int, default=301, help="force samples over 3 s")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--optimizer", default="lbfgs", choices=["lbfgs", "adam"])
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     times = np.linspace(0.0, T_END, args.samples)
@@ -81,7 +82,13 @@ def main(argv=None):
 
     t0 = time.perf_counter()
     fit = rbjax.identify(
-        build, {"damping": rbjax.Positive.from_value(0.02)}, data, dt=DT, max_steps=60
+        build,
+        {"damping": rbjax.Positive.from_value(0.02)},
+        data,
+        dt=DT,
+        optimizer=args.optimizer,
+        learning_rate=0.1,
+        max_steps=60 if args.optimizer == "lbfgs" else 300,
     )
     print(f"fit, {time.perf_counter() - t0:.1f} s:\n{fit.summary()}")
     c = float(fit.params["damping"].value)
