@@ -149,6 +149,7 @@ from ._joints import Translational as Translational
 from ._joints import TranslationDriver as TranslationDriver
 from ._joints import Universal as Universal
 from ._model import Model as Model
+from ._params import LogCholeskyInertia as LogCholeskyInertia
 from ._params import Positive as Positive
 from ._params import PrincipalInertia as PrincipalInertia
 from ._reactions import Reactions as Reactions
