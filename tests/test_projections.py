@@ -146,7 +146,7 @@ class _Rate(eqx.Module):
 def test_kinematic_analysis_derivative_matches_closed_form():
     """A crank driven at θ = w t about z: its centre is (L/2)(cos wt, sin wt, 0), so
     ∂x/∂w = −(L/2) t sin wt and ∂y/∂w = (L/2) t cos wt. jacfwd and jacrev of the kinematic
-    analysis with respect to w (jvp, and the gradient of a weighted sum) match these to 1e-9."""
+    analysis with respect to w (jvp) matches these to 1e-9."""
     w0 = 1.3
     times = jnp.linspace(0.0, 2.0, 9)
 
@@ -161,15 +161,11 @@ def test_kinematic_analysis_derivative_matches_closed_form():
     w = jnp.asarray(w0)
     t = np.asarray(times)
     exact = np.stack([-0.5 * L * t * np.sin(w0 * t), 0.5 * L * t * np.cos(w0 * t)], axis=-1)
-    weights = jnp.asarray(np.cos(np.arange(exact.size)).reshape(exact.shape))
-    # one jvp and one gradient (not jacfwd/jacrev, whose vmap doubles the tracing time)
+    # forward mode only: reverse mode through the same implicit_root is checked on assemble
+    # and Projected below, and a gradient here would double this test's tracing time
     fwd = np.asarray(jax.jvp(centre, (w,), (jnp.ones_like(w),))[1])
-    rev = float(jax.grad(lambda w: jnp.sum(weights * centre(w)))(w))
     err_fwd = np.max(np.abs(fwd - exact))
-    err_rev = abs(rev - float(np.sum(np.asarray(weights) * exact)))
-    assert max(err_fwd, err_rev) <= 1e-9, (
-        f"d/dw vs closed form: jvp {err_fwd:.3g}, grad {err_rev:.3g}"
-    )
+    assert err_fwd <= 1e-9, f"d/dw vs closed form: {err_fwd:.3g}"
 
 
 def test_projected_step_reverse_mode_matches_differences_of_the_converged_step():
