@@ -31,6 +31,7 @@ smooth on chaotic or long horizons, where single shooting has exponentially larg
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from collections.abc import Callable
 from typing import Any, cast
@@ -62,8 +63,10 @@ class AbstractObservation(eqx.Module):
     sigma: Array
     mask: Array | None
 
-    def predict(self, model, states: State, index) -> Array:  # (K, d)
-        raise NotImplementedError
+    @abc.abstractmethod
+    def predict(self, model, states: State, index) -> Array:
+        """The predicted quantity (K, d) at the sample states (leading axis K); ``index``
+        resolves a body or joint name or index."""
 
     def residual(self, model, states: State, index) -> Array:
         """Whitened residual (prediction − measurement)/σ, zero at missing samples, (K, d)."""
