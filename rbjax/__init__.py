@@ -102,6 +102,8 @@ from ._forces import (
 from ._forces import (
     TranslationalSpringDamper as TranslationalSpringDamper,
 )
+from ._gradhealth import GradientHealth as GradientHealth
+from ._gradhealth import gradient_health as gradient_health
 from ._identify import AbstractObservation as AbstractObservation
 from ._identify import AngularVelocity as AngularVelocity
 from ._identify import Custom as Custom

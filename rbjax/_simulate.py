@@ -9,6 +9,8 @@ batched rollout fast on CPU; the same function also works under ``jax.vmap``, ``
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -86,6 +88,7 @@ def rollout(
     multipliers: bool = False,
     throw: bool = True,
     batch_chunk: int | None = None,
+    checkpoint: bool | int = False,
 ) -> Trajectory:
     """Integrate ``n_steps`` steps of size ``dt`` and save every ``save_every``-th state.
 
@@ -98,6 +101,17 @@ def rollout(
     over the whole time span (``lax.map`` over pieces), so that a piece's working set stays in
     cache. ``None`` picks 64 for mechanisms and no chunking for free bodies (measured in
     benchmarks/); 0 disables it. Results do not depend on it.
+
+    ``checkpoint``: reverse-mode checkpointing with an interval of k steps. Reverse mode
+    (``jax.grad``, ``jax.vjp``) then stores only the state at every k-th step and recomputes
+    the k steps of one group at a time during the backward pass (``jax.checkpoint`` around
+    each group), so its memory is O(n_steps / k + k) states' worth of residuals instead of the
+    residuals of every step; the cost is about one extra forward pass. k must divide
+    ``save_every`` (each saved chunk is split into groups of k steps) or be a multiple of
+    ``save_every`` that divides ``n_steps`` (groups of k / save_every saved chunks; the saved
+    states are unchanged). ``True`` picks the allowed k nearest to √n_steps, ``False`` or 0
+    turns it off. Forward mode and plain evaluation are unaffected, and the trajectory is
+    bitwise the same with or without it.
     """
     integrator = RK4() if integrator is None else integrator
     if not isinstance(integrator, AbstractIntegrator):
@@ -128,6 +142,7 @@ def rollout(
             f"batch_chunk = {batch_chunk!r} is not a non-negative integer. Fix: pass e.g. 64, "
             "0 (no chunking) or None (automatic)."
         )
+    interval = _checkpoint_interval(checkpoint, int(n_steps), int(save_every))
     return _rollout(
         model,
         state0,
@@ -138,7 +153,71 @@ def rollout(
         bool(multipliers),
         bool(throw),
         int(batch_chunk),
+        interval,
     )
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _allowed_intervals(n_steps: int, save_every: int) -> list[int]:
+    """Checkpoint intervals: divisors of save_every and multiples of it that divide n_steps."""
+    return sorted(
+        set(_divisors(save_every)) | {save_every * d for d in _divisors(n_steps // save_every)}
+    )
+
+
+def _checkpoint_interval(checkpoint, n_steps: int, save_every: int) -> int:
+    """The checkpoint interval k in steps of ``rollout(..., checkpoint=...)`` (0 = off).
+
+    ``True`` gives the allowed k nearest to √n_steps in log distance (ties: the smaller k).
+    Raises ValueError for anything that is not a bool or an allowed positive integer."""
+    if isinstance(checkpoint, (bool, np.bool_)):
+        if not checkpoint:
+            return 0
+        allowed = _allowed_intervals(n_steps, save_every)
+        # log distance |log k − ½ log n| compared exactly: the ratio max(k², n) / min(k², n)
+        return min(allowed, key=lambda k: (Fraction(max(k * k, n_steps), min(k * k, n_steps)), k))
+    if not isinstance(checkpoint, (int, np.integer)) or checkpoint < 0:
+        raise ValueError(
+            f"checkpoint = {checkpoint!r} is not a bool or a non-negative integer. Fix: pass "
+            "True (an interval of about sqrt(n_steps) steps), False, or an interval in steps "
+            "that divides save_every or is a multiple of save_every dividing n_steps."
+        )
+    k = int(checkpoint)
+    if k == 0:
+        return 0
+    allowed = _allowed_intervals(n_steps, save_every)
+    if k not in allowed:
+        near = sorted(sorted(allowed, key=lambda a: (Fraction(max(a, k), min(a, k)), a))[:3])
+        raise ValueError(
+            f"checkpoint = {checkpoint!r} neither divides save_every = {save_every} nor is a "
+            f"multiple of it that divides n_steps = {n_steps}. Fix: pass one of {near} (nearest "
+            "allowed values), True (about sqrt(n_steps) steps) or False."
+        )
+    return k
+
+
+def _grouped_scan(body, carry, xs, length: int, group: int):
+    """``lax.scan(body, carry, xs, length=length)``, as a scan over ``length // group``
+    checkpointed groups of ``group`` iterations when ``group`` > 0 (same results; reverse mode
+    stores the carry at group boundaries and recomputes one group at a time)."""
+    if not group:
+        return jax.lax.scan(body, carry, xs, length=length)
+    n = length // group
+    xs = jax.tree.map(lambda x: x.reshape((n, group) + x.shape[1:]), xs)
+
+    def run_group(c, x):
+        return jax.lax.scan(body, c, x, length=group)
+
+    # prevent_cse=False: the enclosing scan already keeps XLA from merging the recomputation
+    # with the forward pass (see the jax.checkpoint docs).
+    run_group = jax.checkpoint(run_group, prevent_cse=False)
+    carry, ys = jax.lax.scan(run_group, carry, xs, length=n)
+    ys = jax.tree.map(lambda y: y.reshape((length,) + y.shape[2:]), ys)
+    return carry, ys
 
 
 # Systems per cache-sized piece of a batched mechanism rollout: the double pendulum runs at
@@ -146,11 +225,17 @@ def rollout(
 _DEFAULT_CHUNK = 64
 
 
-def _integrate(model, t, q, u, batch, integrator, h, n_steps, save_every, multipliers):
+def _integrate(model, t, q, u, batch, integrator, h, n_steps, save_every, multipliers, checkpoint):
     """The time integration of one batch (component-first t, q, u with batch shape ``batch``).
+
+    ``checkpoint`` (the interval k in steps, 0 = off) groups either the steps of each saved
+    chunk (k divides save_every) or the saved chunks (k a multiple of save_every) into
+    checkpointed groups; see :func:`_grouped_scan`.
 
     Returns (saved (t, q, u[, lam]) with the time axis first, result code, failed step)."""
     f = model.formulation
+    inner = checkpoint if checkpoint and save_every % checkpoint == 0 else 0
+    outer = checkpoint // save_every if checkpoint and not inner else 0
 
     def finite(q, u):
         return jnp.all(jnp.isfinite(q), axis=(0, -1)) & jnp.all(jnp.isfinite(u), axis=(0, -1))
@@ -185,13 +270,15 @@ def _integrate(model, t, q, u, batch, integrator, h, n_steps, save_every, multip
         ok0 = jnp.ones(code.shape, bool)
         if per_step:
             ks = i * save_every + jnp.arange(save_every, dtype=jnp.int32)
-            (_, q, u, ok, first), _ = jax.lax.scan(checked_step, (t, q, u, ok0, fchunk), ks)
+            (_, q, u, ok, first), _ = _grouped_scan(
+                checked_step, (t, q, u, ok0, fchunk), ks, save_every, inner
+            )
             fin = finite(q, u)
             new = (code == RESULT_OK) & ~(fin & ok)
             code = jnp.where(new, jnp.where(fin, RESULT_SOLVER_FAILED, RESULT_NONFINITE), code)
             t = t_start + ((i + 1) * save_every).astype(h.dtype) * h
             return (t, q, u, code, first), save(t, q, u)
-        (_, q, u, ok), _ = jax.lax.scan(one_step, (t, q, u, ok0), None, length=save_every)
+        (_, q, u, ok), _ = _grouped_scan(one_step, (t, q, u, ok0), None, save_every, inner)
         t = t_start + ((i + 1) * save_every).astype(h.dtype) * h  # t0 + k h, not a running sum of h
         fin = finite(q, u)
         new = (code == RESULT_OK) & ~(fin & ok)
@@ -203,8 +290,8 @@ def _integrate(model, t, q, u, batch, integrator, h, n_steps, save_every, multip
     code0 = jnp.zeros(batch, jnp.int32)
     chunk0 = jnp.full(batch, -1, jnp.int32)
     n_save = n_steps // save_every
-    carry, saved = jax.lax.scan(
-        chunk, (t, q, u, code0, chunk0), jnp.arange(n_save, dtype=jnp.int32)
+    carry, saved = _grouped_scan(
+        chunk, (t, q, u, code0, chunk0), jnp.arange(n_save, dtype=jnp.int32), n_save, outer
     )
     first = save(t, q, u)
     saved = tuple(jnp.concatenate([a[None], b], axis=0) for a, b in zip(first, saved, strict=True))
@@ -282,7 +369,9 @@ def _chunked(model, t, q, u, batch, size, args):
 
 
 @eqx.filter_jit
-def _rollout(model, state0, dt, integrator, n_steps, save_every, multipliers, throw, batch_chunk):
+def _rollout(
+    model, state0, dt, integrator, n_steps, save_every, multipliers, throw, batch_chunk, checkpoint
+):
     t, q, u = to_cf(state0)
     # Broadcast the state over the batch axes of the model parameters (leading axes).
     batch = jnp.broadcast_shapes(
@@ -298,7 +387,7 @@ def _rollout(model, state0, dt, integrator, n_steps, save_every, multipliers, th
     u = jnp.broadcast_to(lift(u, 1), (7,) + batch + (nb,))
     t = jnp.broadcast_to(lift(t, 0), batch + (1,))
     h = jnp.asarray(dt, q.dtype)
-    args = (integrator, h, n_steps, save_every, multipliers)
+    args = (integrator, h, n_steps, save_every, multipliers, checkpoint)
     B = batch[0] if len(batch) == 1 else 0
     if batch_chunk and B > batch_chunk:
         saved, fail_code, fail_step = _chunked(model, t, q, u, batch, batch_chunk, args)
