@@ -106,14 +106,14 @@ class Frame(NamedTuple):
 def point(q, s):
     """World position r + A s̄ of the body point s̄ (component-first; A s̄ = E(p)G(p)ᵀ s̄)."""
     if isinstance(q, Frame):
-        return q.r + cf.matvec(q.T, s)
+        return q.r + cf.matvec_cols(q.T, s)
     return q[0:3] + cf.transform(q[3:7], s)
 
 
 def axis(q, a):
     """World direction A ā of the body vector ā (component-first)."""
     if isinstance(q, Frame):
-        return cf.matvec(q.T, a)
+        return cf.matvec_cols(q.T, a)
     return cf.transform(q[3:7], a)
 
 
