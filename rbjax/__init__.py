@@ -114,6 +114,7 @@ from ._identify import Position as Position
 from ._identify import ReactionForce as ReactionForce
 from ._identify import Velocity as Velocity
 from ._identify import identify as identify
+from ._identify import residuals as residuals
 from ._integrators import (
     RK4 as RK4,
 )
