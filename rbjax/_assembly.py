@@ -351,6 +351,16 @@ def _project_velocity(model, t, q, u):
 _ONE_SHOT_OPTIONS = {"xla_backend_optimization_level": 0}
 
 
+def _top_level() -> bool:
+    """True outside every JAX transformation (where jit accepts compiler options). Uses
+    JAX's own test (private API, hence the fallback: then only traced arguments count)."""
+    try:
+        from jax._src.core import trace_state_clean
+    except ImportError:  # pragma: no cover - a JAX without it
+        return True
+    return bool(trace_state_clean())
+
+
 def _one_shot_jit(fn):
     """``eqx.filter_jit`` with :data:`_ONE_SHOT_OPTIONS` at top level; JAX accepts compiler
     options only there, so under an outer transformation (grad, jvp, jit) the plain version."""
@@ -360,7 +370,7 @@ def _one_shot_jit(fn):
     @functools.wraps(fn)
     def call(*args):
         traced = any(isinstance(x, Tracer) for x in jax.tree.leaves(args))
-        return (plain if traced else fast)(*args)
+        return (plain if traced or not _top_level() else fast)(*args)
 
     return call
 
@@ -602,7 +612,8 @@ def _consistency(model, state):
 
 
 def check_mechanism_state(model, state: State, *, tol: float | None = None) -> None:
-    """Build-time checks of a mechanism's initial state (concrete values only).
+    """Build-time checks of a mechanism's initial state (skipped when the state, the joints or
+    the formulation are traced, e.g. under ``jax.grad`` with respect to a joint point).
 
     * the joints hold (|Φ| ≤ tol) and their velocity equations hold (|W u + Φ_t| ≤ tol),
       otherwise ValueError naming the joints and suggesting :func:`rbjax.assemble`;
@@ -610,11 +621,20 @@ def check_mechanism_state(model, state: State, *, tol: float | None = None) -> N
       complement (ScalableDAE, NewtonEuler), otherwise ValueError naming the redundant joints
       and suggesting ``UdwadiaSchutte`` (Moore–Penrose inverse) or removing equations.
     """
-    if not model.joints or not (is_concrete(state.q) and is_concrete(state.u)):
+    # Only what the checks read must be concrete: the state and the joints (and the
+    # formulation's kinematics). A traced mass or force (e.g. under jax.grad in an
+    # identification) does not prevent them.
+    if not model.joints or not is_concrete((state, model.joints, model.formulation)):
         return
+    # the checks never read masses, inertias, gravity or forces: stand-ins for traced ones
+    model = jax.tree.map(
+        lambda x: np.zeros(x.shape, x.dtype) if isinstance(x, Tracer) else x, model
+    )
     if tol is None:
         tol = 1e-8 if state.q.dtype == jnp.float64 else 1e-3
-    c, cd, first_w = _consistency(model, state)
+    # evaluated now even when called inside an outer jit/grad trace (the inputs are concrete)
+    with jax.ensure_compile_time_eval():
+        c, cd, first_w = _consistency(model, state)
     for what, val, fix in (
         ("position", c, "rbjax.assemble(model, state)"),
         ("velocity", cd, "rbjax.assemble(model, state) (it also projects the velocities)"),
@@ -629,7 +649,8 @@ def check_mechanism_state(model, state: State, *, tol: float | None = None) -> N
             )
     if isinstance(model.formulation, UdwadiaSchutte):
         return
-    mob = _mobility(model, _dense_jacobian(model, first_w), 1e-9)
+    with jax.ensure_compile_time_eval():
+        mob = _mobility(model, _dense_jacobian(model, first_w), 1e-9)
     if mob.redundant:
         raise ValueError(
             f"The joint equations are redundant (rank {mob.rank} < {mob.rows} rows); joints "
