@@ -105,7 +105,8 @@ class ScalableDAE(AbstractFormulation):
     is_dae: ClassVar[bool] = True
 
     def kinematics(self, q, u):
-        return jnp.concatenate([u[0:3], cf.kin_qdot(q[3:7], u[3], u[4:7])], axis=0)
+        qc, uc = cf.comps(q), cf.comps(u)
+        return jnp.concatenate([cf.stack(*uc[0:3]), cf.kin_qdot(qc[3:7], uc[3], uc[4:7])], axis=0)
 
     def constraint(self, model, q):
         """c(q) = |A|² − 1 for rigid bodies, 0 for scalable bodies; shape (..., nb)."""
@@ -113,8 +114,9 @@ class ScalableDAE(AbstractFormulation):
 
     def _free_parts(self, model, res: Resultants, q, u):
         th = inertia_cf(model)
-        a = q[3:7]
-        nu, w = u[3], u[4:7]
+        qc, uc = cf.comps(q), cf.comps(u)
+        a = qc[3:7]
+        nu, w = uc[3], uc[4:7]
         s = cf.qnorm2(a)
         thw = cf.matvec(th, w)
         vdot = res.F / model.mass
@@ -196,18 +198,19 @@ class NewtonEuler(AbstractFormulation):
         _rigid_only("NewtonEuler", model)
 
     def kinematics(self, q, u):
-        w = u[4:7]
+        qc, uc = cf.comps(q), cf.comps(u)
+        w = uc[4:7]
         return jnp.concatenate(
-            [u[0:3], 0.5 * cf.qmul(q[3:7], cf.stack(jnp.zeros_like(w[0]), *w))], axis=0
+            [cf.stack(*uc[0:3]), 0.5 * cf.qmul(qc[3:7], (jnp.zeros_like(w[0]), *w))], axis=0
         )
 
     def derivatives(self, model, t, q, u):
         res = total_resultants(model, t, q, u)
         th = inertia_cf(model)
-        w = u[4:7]
+        w = cf.comps(u)[4:7]
         thw = cf.matvec(th, w)
         wdot = cf.matvec(cf.sym_inv(th), res.M - cf.cross(w, thw))
-        udot = jnp.concatenate([res.F / model.mass, jnp.zeros_like(u[3])[None], wdot], axis=0)
+        udot = jnp.concatenate([res.F / model.mass, jnp.zeros_like(w[0])[None], wdot], axis=0)
         lam = -cf.dot3(w, thw) - res.S
         if model.joints:
             udot, lam = constrained(model, self.kinematics, t, q, u, udot, lam)

@@ -536,8 +536,8 @@ class RotationalSpringDamper(AbstractForce):
 def total_resultants(model, t, q, u) -> Resultants:
     """Sum of gravity (F = m g at the centre of mass: S_C = 0, M_C = 0) and all model forces."""
     g = cf.system_vector(model.gravity, q)
-    zero3 = jnp.zeros_like(q[0:3])
-    total = Resultants(F=model.mass * g + zero3, S=jnp.zeros_like(q[0]), M=zero3)
+    zero3 = jnp.zeros((3,) + q.shape[1:], q.dtype)
+    total = Resultants(F=model.mass * g + zero3, S=jnp.zeros(q.shape[1:], q.dtype), M=zero3)
     for force in model.forces:
         total = total + force.resultants(model, t, q, u)
     return total
