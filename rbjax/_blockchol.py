@@ -17,10 +17,12 @@ import jax.numpy as jnp
 
 
 def mm_t(a, b):
-    """a @ bᵀ for blocks a (p, k, ...) and b (r, k, ...) -> (p, r, ...)."""
-    out = a[:, 0][:, None] * b[:, 0][None, :]
-    for l in range(1, a.shape[1]):
-        out = out + a[:, l][:, None] * b[:, l][None, :]
+    """a @ bᵀ for blocks a (p, k, ...) and b (r, k, ...) -> (p, r, ...). Columns are read
+    with one ``unstack`` each (see rbjax/_cf.py ``comps``: cheap to transpose)."""
+    ac, bc = jnp.unstack(a, axis=1), jnp.unstack(b, axis=1)
+    out = ac[0][:, None] * bc[0][None, :]
+    for l in range(1, len(ac)):
+        out = out + ac[l][:, None] * bc[l][None, :]
     return out
 
 
@@ -33,7 +35,7 @@ def _cut(x):
 
 def _entries(blk):
     """A block (p, r, *batch) as a nested list of (*batch) arrays."""
-    return [[blk[i, j] for j in range(blk.shape[1])] for i in range(blk.shape[0])]
+    return [list(jnp.unstack(row, axis=0)) for row in jnp.unstack(blk, axis=0)]
 
 
 def _chol(a):
@@ -134,7 +136,7 @@ class BlockCholesky:
         n, L = self.n, self.L
         y = []
         for k in range(n):
-            acc = [b[k][r] for r in range(b[k].shape[0])]
+            acc = list(jnp.unstack(b[k], axis=0))
             for l in range(k):
                 if (k, l) in L:
                     blk = L[(k, l)]

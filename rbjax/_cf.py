@@ -102,7 +102,8 @@ def matvec_cols(m, x):
         m = m.reshape(m.shape[:2] + (1,) * (nx - nm) + m.shape[2:])
     elif nx < nm:
         x = x.reshape(x.shape[:1] + (1,) * (nm - nx) + x.shape[1:])
-    return m[:, 0] * x[0] + m[:, 1] * x[1] + m[:, 2] * x[2]
+    mc, xc = jnp.unstack(m, axis=1), comps(x)
+    return mc[0] * xc[0] + mc[1] * xc[1] + mc[2] * xc[2]
 
 
 def sym_inv(m):

@@ -180,7 +180,7 @@ class Revolute(AbstractJoint):
     def residual(self, qi, qj, t):
         (_, _, zi), (xj, yj, _) = self.frames(qi, qj)
         d = self.d(qi, qj)
-        return cf.stack(d[0], d[1], d[2], cf.dot3(zi, xj), cf.dot3(zi, yj))
+        return cf.stack(*cf.comps(d), cf.dot3(zi, xj), cf.dot3(zi, yj))
 
 
 class Universal(AbstractJoint):
@@ -190,7 +190,7 @@ class Universal(AbstractJoint):
     def residual(self, qi, qj, t):
         (_, _, zi), (_, _, zj) = self.frames(qi, qj)
         d = self.d(qi, qj)
-        return cf.stack(d[0], d[1], d[2], cf.dot3(zi, zj))
+        return cf.stack(*cf.comps(d), cf.dot3(zi, zj))
 
 
 class Cylindrical(AbstractJoint):
@@ -219,7 +219,7 @@ class Fixed(AbstractJoint):
     def residual(self, qi, qj, t):
         (xi, _, zi), (xj, yj, _) = self.frames(qi, qj)
         d = self.d(qi, qj)
-        return cf.stack(d[0], d[1], d[2], cf.dot3(zi, xj), cf.dot3(zi, yj), cf.dot3(xi, yj))
+        return cf.stack(*cf.comps(d), cf.dot3(zi, xj), cf.dot3(zi, yj), cf.dot3(xi, yj))
 
 
 class Parallel(AbstractJoint):
