@@ -344,7 +344,7 @@ def gradient_health(
     integrator: AbstractIntegrator | None = None,
     save_every: int = 1,
     multipliers: bool = False,
-    checkpoint: bool | int = False,
+    checkpoint: bool | int | None = None,
     n_directions: int = 3,
     eps: float | None = None,
     tol: float = 1e-4,

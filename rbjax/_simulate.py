@@ -88,7 +88,7 @@ def rollout(
     multipliers: bool = False,
     throw: bool = True,
     batch_chunk: int | None = None,
-    checkpoint: bool | int = False,
+    checkpoint: bool | int | None = None,
 ) -> Trajectory:
     """Integrate ``n_steps`` steps of size ``dt`` and save every ``save_every``-th state.
 
@@ -106,12 +106,15 @@ def rollout(
     (``jax.grad``, ``jax.vjp``) then stores only the state at every k-th step and recomputes
     the k steps of one group at a time during the backward pass (``jax.checkpoint`` around
     each group), so its memory is O(n_steps / k + k) states' worth of residuals instead of the
-    residuals of every step; the cost is about one extra forward pass. k must divide
-    ``save_every`` (each saved chunk is split into groups of k steps) or be a multiple of
-    ``save_every`` that divides ``n_steps`` (groups of k / save_every saved chunks; the saved
-    states are unchanged). ``True`` picks the allowed k nearest to √n_steps, ``False`` or 0
-    turns it off. Forward mode and plain evaluation are unaffected, and the trajectory is
-    bitwise the same with or without it.
+    residuals of every step. k must divide ``save_every`` (each saved chunk is split into
+    groups of k steps) or be a multiple of ``save_every`` that divides ``n_steps`` (groups of
+    k / save_every saved chunks; the saved states are unchanged). ``None`` (default): k = 1,
+    every step is recomputed in the backward pass from the stored state; on CPU that is
+    FASTER than storing every step's residuals (less memory traffic; benchmarks/gradients.py)
+    and needs only one state per step. ``True`` picks the allowed k nearest to √n_steps (least
+    memory, about one extra forward pass), ``False`` or 0 stores every step's residuals.
+    Forward mode and plain evaluation are unaffected, and the trajectory is bitwise the same
+    whatever the value.
     """
     integrator = RK4() if integrator is None else integrator
     if not isinstance(integrator, AbstractIntegrator):
@@ -174,6 +177,8 @@ def _checkpoint_interval(checkpoint, n_steps: int, save_every: int) -> int:
 
     ``True`` gives the allowed k nearest to √n_steps in log distance (ties: the smaller k).
     Raises ValueError for anything that is not a bool or an allowed positive integer."""
+    if checkpoint is None:
+        return _DEFAULT_CHECKPOINT
     if isinstance(checkpoint, (bool, np.bool_)):
         if not checkpoint:
             return 0
@@ -223,6 +228,9 @@ def _grouped_scan(body, carry, xs, length: int, group: int):
 # Systems per cache-sized piece of a batched mechanism rollout: the double pendulum runs at
 # 0.30 M steps/s at B = 64 against 0.11 M at B = 1024 unchunked (benchmarks/mechanisms.py).
 _DEFAULT_CHUNK = 64
+
+# Checkpoint interval of ``rollout(checkpoint=None)``: rematerialise every step in reverse mode.
+_DEFAULT_CHECKPOINT = 1
 
 
 def _integrate(model, t, q, u, batch, integrator, h, n_steps, save_every, multipliers, checkpoint):
