@@ -42,16 +42,31 @@ Multiple shooting (``shooting=S``)
 The samples are split into S contiguous segments (Bock & Plitt 1984). The state at the start
 of each segment s ≥ 1 (the time of its first sample) is an extra unknown, parameterised so
 that every value is a valid state: position r, velocity v and angular velocity ω free; the
-attitude as A_ref ⊗ exp(θ/2) with a free rotation vector θ (A_ref = the state of a simulation
-of ``params0``, so θ starts at 0); ν = 0 and |A| = 1 for rigid bodies (log-scale and ν free
-for scalable ones). For models with joints the segment state goes through
-:func:`rbjax.assemble`, so it is consistent. All segments are integrated in parallel (``vmap``
-over segments, padded to equal length with h = 0 steps whose states are never read).
+attitude as A_ref ⊗ exp(θ/2) with a free rotation vector θ (A_ref = the reference attitude,
+so θ starts at 0); ν = 0 and |A| = 1 for rigid bodies (log-scale and ν free for scalable
+ones). Mechanisms of rigid bodies: d position and d velocity coordinates in the tangent space
+of the joint manifold (d = degrees of freedom): q = (r_ref + δr, A_ref ⊗ exp(δθ/2)) and
+u = u_ref + (δv, 0, δω) with (δr, δθ) = N a and (δv, δω) = N b, N (6 nb, d) an orthonormal
+basis of the null space of the velocity Jacobian W̃ at the reference state (right singular
+vectors), mapped onto the manifold by :func:`rbjax.assemble`, so the state is consistent and
+the 12 nb − 2d directions normal to the manifold (which no residual sees) are not unknowns
+(the double pendulum: 4 per segment instead of 24, ~5× fewer tangents in forward mode).
+Other mechanisms (with scalable bodies) assemble the free-body parameterisation. The
+references: the states of a simulation of ``params0``, segment by segment (start s+1 = end
+of segment s), or ``segment_states0``, guesses at the sample times, e.g. estimated from the
+measurements (Bock's recommendation: on chaotic or poorly guessed problems a simulation of
+the guess leaves the data within a few segments and the fit stalls in a local minimum;
+guesses from the data keep every segment near it). All segments are integrated in parallel
+(``vmap`` over segments, padded to equal length with h = 0 steps whose states are never
+read).
 Continuity residuals √w·(end of segment s − start of segment s+1): position [m], rotation
 vector [rad], velocity [m/s], angular velocity [rad/s] (and for scalable bodies ½ log|A|² and
 ν). ``continuity_weight`` w = 1/σ_c²: the default w = 1e6 treats a gap of σ_c = 1e-3 SI units
 like a one-σ misfit, so at the optimum the gaps are far below typical measurement noise while
-the problem stays well conditioned; the final gaps are reported (``continuity_gaps``).
+the problem stays well conditioned; the final gaps are reported (``continuity_gaps``). With
+mechanisms, integrate with ``Projected(...)`` or ``ImplicitMidpoint()`` (or a small dt): a
+segment that drifts off the joint manifold cannot meet its (assembled) successor, and the
+drift remains as a gap.
 Short segments keep the loss landscape smooth on chaotic or long horizons, where single
 shooting has exponentially growing sensitivities.
 
@@ -76,9 +91,9 @@ studies), only the data values change.
   objective alone (2-core CPU), and compile time dominates identification problems.
 * ``optimizer="lm"``: Levenberg–Marquardt (Moré 1978 scaling, Nielsen 1999 damping) on the
   whitened residuals, one (r, J) evaluation a step. Least squares is its home ground: on the
-  tests' spinning body it needs half the steps of L-BFGS (single shooting) and converges with
-  multiple shooting in 21 steps where L-BFGS needs ~300 (the continuity rows make the problem
-  stiff for a quasi-Newton method).
+  tests' spinning body it needs a quarter of the steps of L-BFGS (single shooting: 11
+  against 46) and converges with multiple shooting in 11 steps where L-BFGS needs ~300 (the
+  continuity rows make the problem stiff for a quasi-Newton method).
 * ``optimizer="adam"`` (``optax.adam(learning_rate)``) or any ``optax.GradientTransformation``:
   one compiled optimiser update per step, the gradient Jᵀr.
 * an ``optax.GradientTransformationExtraArgs`` that needs the objective (e.g. ``optax.lbfgs()``
@@ -132,7 +147,7 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import Array
 
 from . import _quaternion as quat
-from ._assembly import assemble, check_mechanism_state
+from ._assembly import assemble, check_mechanism_state, jacobian_matrix, mobility
 from ._errors import fail
 from ._integrators import RK4, AbstractIntegrator
 from ._mass import to_cf
@@ -617,6 +632,11 @@ class _Problem(eqx.Module):
     pick: Array  # (K,) flat state index of each sample
     ends: Array  # (S − 1,) flat state index of each segment's end
     a_ref: Array | None  # (S − 1, nb, 4) reference attitudes of the segment starts
+    # mechanisms of rigid bodies: reference segment start states on the joint manifold and
+    # an orthonormal basis of the null space of the velocity Jacobian W̃ there
+    ref_q: Array | None  # (S − 1, nb, 7)
+    ref_u: Array | None  # (S − 1, nb, 7)
+    basis: Array | None  # (S − 1, 6 nb, d), d = degrees of freedom
     sqrt_w: Array
     n_seg: int = eqx.field(static=True)
 
@@ -627,6 +647,23 @@ def _params(problem: _Problem, dyn):
 
 def _segment_states(problem: _Problem, model, seg) -> State:
     """Valid states from the free segment variables (see the module docstring)."""
+    if problem.basis is not None:  # mechanism: d position and d velocity coordinates
+        assert problem.ref_q is not None and problem.ref_u is not None
+        nb = problem.ref_q.shape[-2]
+        dx = jnp.einsum("sij,sj->si", problem.basis, seg["dq"]).reshape(-1, nb, 6)
+        dv = jnp.einsum("sij,sj->si", problem.basis, seg["du"]).reshape(-1, nb, 6)
+        ref_q, ref_u = problem.ref_q, problem.ref_u
+        a = quat.mul(ref_q[..., 3:7], quat.exp(0.5 * dx[..., 3:6]))
+        q = jnp.concatenate([ref_q[..., 0:3] + dx[..., 0:3], a], axis=-1)
+        u = jnp.concatenate(
+            [
+                ref_u[..., 0:3] + dv[..., 0:3],
+                jnp.zeros_like(dv[..., :1]),
+                ref_u[..., 4:7] + dv[..., 3:6],
+            ],
+            axis=-1,
+        )
+        return assemble(model, State(t=problem.t_start[1:].astype(q.dtype), q=q, u=u))
     assert problem.a_ref is not None
     a = quat.mul(problem.a_ref, quat.exp(0.5 * seg["rotation"]))
     nu = jnp.zeros_like(seg["r"][..., 0])
@@ -1174,10 +1211,15 @@ def _run_lm(evaluate, it: _Iterate, max_steps, crit: _Criteria) -> _Run:
     """Levenberg–Marquardt on the whitened residuals: (JᵀJ + μ D²) δ = −Jᵀr with Moré's
     scaling D² = the largest diag(JᵀJ) seen (Moré 1978) and Nielsen's damping update
     (Nielsen 1999; Madsen, Nielsen & Tingleff 2004, Alg. 3.16), solved as the least-squares
-    problem [J; √μ D] δ ≈ −[r; 0]. Each step is one evaluation of (r, J)."""
+    problem [J; √μ D] δ ≈ −[r; 0]. Each step is one evaluation of (r, J).
+
+    μ is dimensionless: D² already carries the scale of JᵀJ, so μ₀ = τ = 1e-3 (Madsen et
+    al.'s τ, whose μ₀ = τ max diag(JᵀJ) is for D = I). Scaling μ₀ by max diag(JᵀJ) as well
+    damped the first steps by that factor (1e10 with heavily weighted continuity rows), and
+    Nielsen's update lowers μ by at most 3× a step: ~20 wasted steps."""
     r, jac, _ = it.payload
     d2 = np.sum(jac * jac, axis=0)
-    mu = 1e-3 * float(np.max(d2, initial=1.0))
+    mu = 1e-3
     nu = 2.0
     history = [it.f]
     for _ in range(max_steps):
@@ -1360,6 +1402,9 @@ def _setup(build, params0, data, dt, integrator, free, shooting, continuity_weig
         pick=jnp.asarray(pick),
         ends=jnp.asarray(ends),
         a_ref=None,
+        ref_q=None,
+        ref_u=None,
+        basis=None,
         sqrt_w=jnp.asarray(np.sqrt(float(continuity_weight)), dtype),
         n_seg=n_seg,
     )
@@ -1398,6 +1443,103 @@ def _choose_mode(autodiff: str, p_total: int) -> str:
     return autodiff
 
 
+def _mechanism_dof(model, state: State) -> int:
+    """Degrees of freedom 6·nb − rank W̃ of a mechanism of rigid bodies at ``state``."""
+    return int(mobility(model, state).dof)
+
+
+def _tangent_basis(model, state: State, dof: int) -> np.ndarray:
+    """(6 nb, dof) orthonormal basis of the null space of the velocity Jacobian W̃ at ONE
+    state (per body (v, ω), ω in body axes): the ``dof`` right singular vectors of the
+    smallest singular values (also defined at a singular configuration)."""
+    w = jacobian_matrix(model, state)
+    vt = np.linalg.svd(w)[2] if w.shape[0] else np.eye(w.shape[1])
+    return vt[vt.shape[0] - dof :].T
+
+
+def _check_segment_guesses(guesses, data: Measurements, model, n_seg: int):
+    """The rows of ``segment_states0`` (one state per sample time) at the first sample of
+    each segment 1..S−1, as NumPy arrays; None if not given."""
+    if guesses is None:
+        return None
+    k = data.times.size
+    if n_seg == 1:
+        fail(
+            "identify(segment_states0)",
+            "<State>",
+            "is given but shooting is None or 1 (single shooting has no segment states)",
+            "pass shooting=S with S ≥ 2, or drop segment_states0",
+        )
+    shape = (k, model.nb, 7)
+    q_shape = np.shape(guesses.q) if isinstance(guesses, State) else None
+    if not isinstance(guesses, State) or q_shape != shape:
+        fail(
+            "identify(segment_states0)",
+            f"<{type(guesses).__name__} q shape {q_shape}>",
+            f"is not an rbjax.State with q and u of shape {shape} (one state per sample time)",
+            "pass guesses of the state at every sample time, e.g. estimated from the "
+            "measurements; the segment starts take theirs",
+        )
+    q, u = np.asarray(guesses.q, np.float64), np.asarray(guesses.u, np.float64)
+    rows = np.asarray([c[0] for c in np.array_split(np.arange(k), n_seg)[1:]])
+    q, u = q[rows], u[rows]
+    if not (np.all(np.isfinite(q)) and np.all(np.isfinite(u))):
+        fail(
+            "identify(segment_states0)",
+            "<State>",
+            "is not finite at the first sample of a segment",
+            "give finite guesses at least at the segment starts",
+        )
+    return State(t=jnp.asarray(data.times[rows]), q=jnp.asarray(q), u=jnp.asarray(u))
+
+
+def _set_segment_starts(problem: _Problem, seg: dict, model, idx: np.ndarray, states: State):
+    """Initialise the start variables of segments ``idx`` (0 = the start of segment 1) to
+    ``states`` (concrete, leading axis len(idx)). Mechanisms of rigid bodies: the states are
+    assembled (rbjax.assemble, with the model of params0) and become the references, with
+    the tangent basis there and zero coordinates. Otherwise: position, velocities and the
+    attitude as the reference (normalised; log-scale and ν for scalable bodies)."""
+    seg = dict(seg)
+    q, u = np.asarray(states.q, np.float64), np.asarray(states.u, np.float64)
+    if problem.basis is not None:
+        assert problem.ref_q is not None and problem.ref_u is not None
+        dtype = problem.ref_q.dtype
+        t = np.asarray(problem.t_start)[1:][idx]
+        st = assemble(
+            model, State(t=jnp.asarray(t, dtype), q=jnp.asarray(q, dtype), u=jnp.asarray(u, dtype))
+        )
+        sq, su = np.asarray(st.q), np.asarray(st.u)
+        dof = problem.basis.shape[-1]
+        basis = np.stack(
+            [
+                _tangent_basis(model, State(t=jnp.asarray(t[k], dtype), q=sq[k], u=su[k]), dof)
+                for k in range(len(idx))
+            ]
+        )
+        new = (
+            problem.ref_q.at[idx].set(sq),
+            problem.ref_u.at[idx].set(su),
+            problem.basis.at[idx].set(basis),
+        )
+        problem = eqx.tree_at(lambda p: (p.ref_q, p.ref_u, p.basis), problem, new)
+        seg["dq"] = seg["dq"].at[idx].set(0.0)
+        seg["du"] = seg["du"].at[idx].set(0.0)
+        return problem, seg
+    assert problem.a_ref is not None
+    seg["r"] = seg["r"].at[idx].set(q[..., 0:3])
+    seg["v"] = seg["v"].at[idx].set(u[..., 0:3])
+    seg["omega"] = seg["omega"].at[idx].set(u[..., 4:7])
+    seg["rotation"] = seg["rotation"].at[idx].set(0.0)
+    a = q[..., 3:7]
+    s2 = np.sum(a**2, axis=-1)
+    if "log_scale" in seg:
+        seg["log_scale"] = seg["log_scale"].at[idx].set(0.5 * np.log(s2))
+        seg["nu"] = seg["nu"].at[idx].set(u[..., 3])
+    a = a / np.sqrt(s2)[..., None]
+    problem = eqx.tree_at(lambda p: p.a_ref, problem, problem.a_ref.at[idx].set(a))
+    return problem, seg
+
+
 def identify(
     build: Callable[[Any], tuple[Any, State]],
     params0: Any,
@@ -1416,6 +1558,7 @@ def identify(
     rtol_identifiable: float = 1e-8,
     autodiff: str = "auto",
     memory_size: int = 10,
+    segment_states0: State | None = None,
 ) -> IdentificationResult:
     """Fit the free leaves of ``params0`` (and, with ``shooting=S``, the states at the starts
     of segments 1..S−1) to ``data`` by minimising the whitened least squares of the module
@@ -1430,6 +1573,11 @@ def identify(
     eigenvalue threshold of the scaled Gauss–Newton matrix. ``autodiff``: ``"forward"``
     (residual Jacobian by ``jacfwd`` at every evaluation), ``"reverse"`` (gradients by reverse
     mode) or ``"auto"`` (forward up to 64 free scalars). ``memory_size``: L-BFGS pairs.
+    ``segment_states0`` (with ``shooting``): guesses of the state at every sample time, an
+    ``rbjax.State`` with q and u of shape (K, nb, 7) (t is ignored), e.g. estimated from the
+    measurements; each segment starts from the guess at its first sample (for mechanisms
+    after :func:`rbjax.assemble` with the model of ``params0``). Default: a simulation of
+    ``params0``, segment by segment.
     """
     if isinstance(optimizer, str):
         if optimizer not in ("lbfgs", "lm", "adam"):
@@ -1470,9 +1618,23 @@ def identify(
     n_seg = problem.n_seg
     nb = model0.nb
 
-    # ---- free segment start states (relative to reference attitudes), initialised below
+    # ---- free segment start states, initialised below: free bodies relative to reference
+    # attitudes; mechanisms of rigid bodies in the tangent space of the joint manifold
     seg0: dict[str, Array] = {}
-    if n_seg > 1:
+    tangent = n_seg > 1 and bool(model0.joints) and not any(model0.scalable)
+    if tangent:
+        dof = _mechanism_dof(model0, state0)
+        z = jnp.zeros((n_seg - 1, dof), dtype)
+        seg0 = {"dq": z, "du": z}
+        refs = (
+            jnp.broadcast_to(state0.q, (n_seg - 1, nb, 7)).astype(dtype),
+            jnp.broadcast_to(state0.u, (n_seg - 1, nb, 7)).astype(dtype),
+            jnp.zeros((n_seg - 1, 6 * nb, dof), dtype),
+        )
+        problem = eqx.tree_at(
+            lambda p: (p.ref_q, p.ref_u, p.basis), problem, refs, is_leaf=lambda x: x is None
+        )
+    elif n_seg > 1:
         z3 = jnp.zeros((n_seg - 1, nb, 3), dtype)
         seg0 = {"r": z3, "rotation": z3, "v": z3, "omega": z3}
         if any(model0.scalable):
@@ -1480,6 +1642,7 @@ def identify(
             seg0 |= {"log_scale": z, "nu": z}
         a_id = jnp.zeros((n_seg - 1, nb, 4), dtype).at[..., 0].set(1.0)
         problem = eqx.tree_at(lambda p: p.a_ref, problem, a_id, is_leaf=lambda x: x is None)
+    guesses = _check_segment_guesses(segment_states0, data, model0, n_seg)
     template = (dyn0, seg0)
     flat0, unravel = ravel_pytree(template)
     flat0 = np.asarray(flat0)
@@ -1503,27 +1666,18 @@ def identify(
             f = 0.5 * float(np.sum(np.square(r)))
         return f, g, (r, jac, aux)
 
-    if n_seg > 1:  # simulate params0 segment by segment: start s+1 = end of segment s
+    if n_seg > 1:
         x = unravel(jnp.asarray(flat0))
-        a_ref = problem.a_ref
-        assert a_ref is not None
-        for s in range(n_seg - 1):
-            _, _, (_, _, ends) = evaluate(np.asarray(ravel_pytree(x)[0]))
-            e = jax.tree.map(np.asarray, ends)
-            seg = dict(x[1])
-            seg["r"] = seg["r"].at[s].set(e.q[s, :, 0:3])
-            seg["v"] = seg["v"].at[s].set(e.u[s, :, 0:3])
-            seg["omega"] = seg["omega"].at[s].set(e.u[s, :, 4:7])
-            a_end = e.q[s, :, 3:7]
-            if "log_scale" in seg:
-                s2 = np.sum(a_end**2, axis=-1)
-                seg["log_scale"] = seg["log_scale"].at[s].set(0.5 * np.log(s2))
-                seg["nu"] = seg["nu"].at[s].set(e.u[s, :, 3])
-                a_end = a_end / np.sqrt(s2)[:, None]
-            a_ref = a_ref.at[s].set(a_end)
-            problem = eqx.tree_at(lambda p: p.a_ref, problem, a_ref)
-            x = (x[0], seg)
-        flat0 = np.asarray(ravel_pytree(x)[0])
+        seg = dict(x[1])
+        if guesses is not None:  # the user's guesses (e.g. from the measurements)
+            idx = np.arange(n_seg - 1)
+            problem, seg = _set_segment_starts(problem, seg, model0, idx, guesses)
+        else:  # simulate params0 segment by segment: start s+1 = end of segment s
+            for s in range(n_seg - 1):
+                _, _, (_, _, ends) = evaluate(np.asarray(ravel_pytree((x[0], seg))[0]))
+                e = jax.tree.map(lambda a, s=s: np.asarray(a)[s : s + 1], ends)
+                problem, seg = _set_segment_starts(problem, seg, model0, np.array([s]), e)
+        flat0 = np.asarray(ravel_pytree((x[0], seg))[0])
 
     f, g, payload = evaluate(flat0)
     if not np.isfinite(f):
