@@ -62,11 +62,11 @@ Measured (seed 0, defaults, 2-core CPU):
   1.004, 15 LM steps; continuity gaps ≤ 3e-7 in both fits;
 * over noise seeds 0–7 the mass errors stay below 0.06 % and the errors of the masses and the
   pivot have a mean squared value of 0.97 standard errors², as the covariance claims;
-* wall time 75 s: the data 6 s, fit 1 59 s (~53 s of it compiling the residual function,
-  the rest 13 LM steps), fit 2 7 s (the compiled function reused); ``--health`` adds 56 s,
-  ``--single`` 43 s. The test suite runs
-  ``--samples 151 --dt 0.02`` (50 Hz, one RK4 step per sample): 68 s, masses within 0.11 %,
-  pivot within 0.16 mm.
+* wall time 75 s on an idle 2-core machine (113 s on one core beside a benchmark): the data
+  6 s, fit 1 59 s (~53 s of it compiling the residual function, the rest 13 LM steps), fit 2
+  7 s (the compiled function reused); ``--health`` adds 56 s, ``--single`` 43 s. The test
+  suite runs ``--samples 151 --dt 0.02`` (50 Hz, one RK4 step per sample): 68-100 s, masses
+  within 0.11 %, pivot within 0.16 mm.
 
 Checked against the true values (exit status 1 otherwise): fit 1 ratio within 1 % and the
 mass scale reported unidentifiable; fit 2 masses within 1 % and 3 standard errors and nothing
