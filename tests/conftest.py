@@ -2,11 +2,23 @@
 
 Rank promotion is left at "allow" on purpose: the component-first kernels (rbjax/_cf.py)
 broadcast per-body parameters of shape (nb,) against batched states of shape (B, nb) by design.
+
+Compile time dominates the suite (most tests compile a program and run it for milliseconds).
+XLA's CPU fusion emitters (its default code generator) spend 25-40 % more time compiling the
+large mechanism programs (Schur solves, projections, derivatives) than the older emitters:
+tests/test_mechanism_errors.py + test_mechanism_examples.py 174 s -> 113 s on one core. The
+tests therefore run with ``--xla_cpu_use_fusion_emitters=false``; it changes the generated
+loops, not the operations, so every tolerance applies unchanged. Subprocesses (the examples in
+tests/test_examples.py) inherit it. Users run XLA's default; benchmarks/ measure that.
 """
 
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_cpu_use_fusion_emitters=false"
+    ).strip()
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -4,7 +4,6 @@ The examples raise SystemExit with a message when what they check (flip times ag
 Jacobi-elliptic solution) disagrees, so a zero exit status is an assertion.
 """
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,12 +11,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# Mechanism identification compiles the residual Jacobian through Projected(RK4) or a
-# Newton-solved implicit step: XLA's CPU fusion emitters spend 25-40 % more compile time on
-# those programs (identify_double_pendulum at test size: 103 s -> 76 s wall without them) for
-# no gain at these sizes. The same option as test_gradients.MECHANISM_JIT; tests only.
-NO_FUSION_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
 
 
 @pytest.mark.parametrize(
@@ -44,16 +37,12 @@ NO_FUSION_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
     ],
 )
 def test_example_runs_and_checks_itself(script, args, expect):
-    env = dict(os.environ)
-    if script in ("identify_double_pendulum.py", "identify_damping.py"):
-        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {NO_FUSION_EMITTERS}".strip()
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / script), *args],
         capture_output=True,
         text=True,
         timeout=600,
         cwd=ROOT,
-        env=env,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert expect in out.stdout
