@@ -30,6 +30,7 @@ bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"
 	$(PY) benchmarks/free_body.py --json benchmarks/results/free_body.json
 	$(PY) benchmarks/mechanisms.py --json benchmarks/results/mechanisms.json
+	$(PY) benchmarks/gradients.py --sweep --json benchmarks/results/gradients.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

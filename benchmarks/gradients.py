@@ -1,0 +1,356 @@
+"""Cost of derivatives of a rollout: reverse mode against forward mode, time and memory.
+
+Loss: the sum of squares of the final state (q and u of every body and batch member) after
+``steps`` steps; derivatives with respect to the initial state (q0, u0) and the model's mass and
+inertia leaves. For the torque-free body (I = diag(1, 2, 3), ω0 ≈ (0.01, 5, 0) rad/s,
+dt = 1e-3) and the double pendulum of examples/double_pendulum.py (released near horizontal,
+dt = 1e-3), 1000 steps each, batch B ∈ {1, 256}, each integrator:
+
+* ``eval``: the loss alone (the forward rollout); ``rev``: the loss and its full gradient
+  (``jax.value_and_grad``, reverse mode); ``fwd``: the loss and ONE directional derivative
+  (``jax.jvp``), for reference. Each is an ahead-of-time compiled ``jax.jit`` function:
+  compile time and run time (median of ``--repeats`` calls after ``block_until_ready``)
+  separately, and XLA's temporary buffer size of the compiled program
+  (``compiled.memory_analysis().temp_size_in_bytes``: the peak of its live intermediates in
+  XLA's buffer assignment; arguments and outputs are a few kB);
+* the ratio rev / eval of run times, the cost of a gradient in forward rollouts (issue
+  targets: ≤ 4 for explicit, ≤ 6 for implicit integrators; reported, not asserted), and
+  rev / fwd.
+
+The rev rows use ``rollout``'s default checkpointing (``checkpoint=None``: every step
+recomputed in the backward pass) and, as "rev@False", no checkpointing (every step's residuals
+stored); ``--checkpoints`` chooses others. A case that cannot be differentiated is recorded with
+its error. ``--sweep`` adds reverse-mode memory and time against the horizon (``--horizons``)
+for ``checkpoint=False``, the default and ``True`` (k ≈ √steps), saving only the final state or
+every state (RK4, B = 1); compile times of the double pendulum's reverse mode make it long
+(about a minute per row).
+
+    python benchmarks/gradients.py --json benchmarks/results/gradients.json [--quick] [--sweep]
+    python benchmarks/gradients.py --table benchmarks/results/gradients.json   # print the tables
+
+Records: part ("cost" or "checkpoint_sweep"), problem, integrator, formulation, dtype, batch,
+steps, mode (eval/fwd/rev), compile_s, run_s, temp_bytes, rev_over_fwd and rev_over_eval (rev
+rows), error (failed rows), + machine info; sweep records also save_every, checkpoint and
+interval (the steps between stored states).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+import rbjax  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from free_body import write_records  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import double_pendulum as dp  # noqa: E402
+
+INTEGRATORS = {
+    "SemiImplicitEuler": lambda: rbjax.SemiImplicitEuler(),
+    "RK4": lambda: rbjax.RK4(),
+    "ImplicitMidpoint": lambda: rbjax.ImplicitMidpoint(),
+    "Projected(RK4)": lambda: rbjax.Projected(rbjax.RK4()),
+}
+IMPLICIT = ("ImplicitMidpoint", "Projected(RK4)")
+
+
+def problem(name: str, batch: int):
+    """(model, state) of a benchmark problem with ``batch`` systems (slightly different ones)."""
+    if name == "free_body":
+        model = rbjax.Model(rbjax.Body(1.0, jnp.diag(jnp.array([1.0, 2.0, 3.0]))))
+        rng = np.random.default_rng(0)
+        w = np.array([0.01, 5.0, 0.0]) + 1e-3 * rng.standard_normal((batch, 1, 3))
+        return model, rbjax.make_state(omega_body=w)
+    model = dp.model()
+    states = [dp.initial_state(np.pi / 2 + 0.1 * k / batch, np.pi / 2) for k in range(batch)]
+    return model, jax.tree.map(lambda *x: jnp.stack(x), *states)
+
+
+def loss_fn(model, t0, integrator, steps, dt, save_every=None, checkpoint=None):
+    """Sum of squares of the final state; arguments (q0, u0, mass, inertia)."""
+    save_every = steps if save_every is None else save_every
+
+    def loss(q0, u0, mass, inertia):
+        m = eqx.tree_at(lambda mm: (mm.mass, mm.inertia), model, (mass, inertia))
+        tr = rbjax.rollout(
+            m,
+            rbjax.State(t=t0, q=q0, u=u0),
+            dt,
+            steps,
+            integrator=integrator,
+            save_every=save_every,
+            checkpoint=checkpoint,
+        )
+        return jnp.sum(tr.q[..., -1, :, :] ** 2) + jnp.sum(tr.u[..., -1, :, :] ** 2)
+
+    return loss
+
+
+def measure(fn, args, repeats):
+    """AOT-compile ``fn``; (compile s, median run s, temp bytes)."""
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    compile_s = time.perf_counter() - t0
+    mem = compiled.memory_analysis()
+    temp = int(mem.temp_size_in_bytes) if mem is not None else -1
+    jax.block_until_ready(compiled(*args))
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        runs.append(time.perf_counter() - t0)
+    return compile_s, statistics.median(runs), temp
+
+
+def cost_case(name, integ_name, batch, steps, repeats, checkpoints=(None,)):
+    """eval, fwd and one rev record per ``rollout(checkpoint=...)`` value (mode "rev" for the
+    first, "rev@<value>" for the others)."""
+    model, state = problem(name, batch)
+    integ = INTEGRATORS[integ_name]()
+    loss = loss_fn(model, state.t, integ, steps, 1e-3, checkpoint=checkpoints[0])
+    args = (state.q, state.u, model.mass, model.inertia)
+    key = jax.random.PRNGKey(1)
+    tangents = tuple(
+        jax.random.normal(k, a.shape, a.dtype)
+        for k, a in zip(jax.random.split(key, 4), args, strict=True)
+    )
+    modes = {
+        "eval": loss,
+        "fwd": lambda *a: jax.jvp(loss, a, tangents),
+        "rev": jax.value_and_grad(loss, argnums=(0, 1, 2, 3)),
+    }
+    for ck in checkpoints[1:]:
+        other = loss_fn(model, state.t, integ, steps, 1e-3, checkpoint=ck)
+        modes[f"rev@{ck}"] = jax.value_and_grad(other, argnums=(0, 1, 2, 3))
+    base = {
+        "part": "cost",
+        "problem": name,
+        "integrator": integ_name,
+        "formulation": type(model.formulation).__name__,
+        "dtype": "float64",
+        "batch": batch,
+        "steps": steps,
+        "dt": 1e-3,
+    }
+    out = {}
+    for mode, fn in modes.items():
+        ck = checkpoints[0] if not mode.startswith("rev@") else mode[4:]
+        rec = dict(base, mode=mode, checkpoint=str(ck) if mode.startswith("rev") else None)
+        try:
+            rec["compile_s"], rec["run_s"], rec["temp_bytes"] = measure(fn, args, repeats)
+        except Exception as e:  # e.g. a derivative rule that does not exist yet
+            msg = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            rec.update(compile_s=float("nan"), run_s=float("nan"), temp_bytes=-1, error=msg)
+        out[mode] = rec
+    for mode, rec in out.items():
+        if mode.startswith("rev@") and "error" not in rec and "error" not in out["eval"]:
+            rec["rev_over_eval"] = rec["run_s"] / out["eval"]["run_s"]
+    if "error" not in out["rev"]:
+        if "error" not in out["eval"]:
+            out["rev"]["rev_over_eval"] = out["rev"]["run_s"] / out["eval"]["run_s"]
+        if "error" not in out["fwd"]:
+            out["rev"]["rev_over_fwd"] = out["rev"]["run_s"] / out["fwd"]["run_s"]
+    return list(out.values())
+
+
+def sweep_case(name, steps, save_every, checkpoint, repeats):
+    """Reverse mode (value_and_grad) of one system over ``steps`` steps: memory and time."""
+    model, state = problem(name, 1)
+    loss = loss_fn(model, state.t, rbjax.RK4(), steps, 1e-3, save_every, checkpoint)
+    args = (state.q, state.u, model.mass, model.inertia)
+    compile_s, run_s, temp = measure(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)), args, repeats)
+    return {
+        "part": "checkpoint_sweep",
+        "problem": name,
+        "integrator": "RK4",
+        "formulation": type(model.formulation).__name__,
+        "dtype": "float64",
+        "batch": 1,
+        "steps": steps,
+        "save_every": save_every,
+        "checkpoint": str(checkpoint),
+        "interval": rbjax._simulate._checkpoint_interval(checkpoint, steps, save_every),
+        "mode": "rev",
+        "compile_s": compile_s,
+        "run_s": run_s,
+        "temp_bytes": temp,
+    }
+
+
+def _mb(b):
+    return f"{b / 1e6:.3g}" if b >= 0 else "–"
+
+
+def cost_table(records) -> str:
+    rows = [r for r in records if r["part"] == "cost"]
+    head = (
+        "| problem | integrator | B | eval s | rev s | **rev/eval** | target | rev/fwd | "
+        "rev s, no checkpoint (/eval) | compile s eval / rev | temp MB eval / rev / "
+        "rev no checkpoint |"
+    )
+    lines = [head, "|" + "---|" * 11]
+    keys = []
+    for r in rows:
+        k = (r["problem"], r["integrator"], r["batch"])
+        if k not in keys:
+            keys.append(k)
+    for k in keys:
+        by = {r["mode"]: r for r in rows if (r["problem"], r["integrator"], r["batch"]) == k}
+        ev, rev, off = by["eval"], by["rev"], by.get("rev@False")
+        target = 6 if k[1] in IMPLICIT else 4
+        if "error" in rev or "error" in ev:
+            err = rev.get("error") or ev.get("error") or ""
+            lines.append(f"| {k[0]} | {k[1]} | {k[2]} | failed: {err[:90]} |")
+            continue
+        ratio = rev["rev_over_eval"]
+        mark = "" if ratio <= target else " (over)"
+        if off is None or "error" in off:
+            off_s, off_mb = "–", "–"
+        else:
+            off_s = f"{off['run_s']:.3g} ({off['rev_over_eval']:.1f})"
+            off_mb = _mb(off["temp_bytes"])
+        lines.append(
+            f"| {k[0]} | {k[1]} | {k[2]} | {ev['run_s']:.3g} | "
+            f"{rev['run_s']:.3g} | **{ratio:.1f}**{mark} | ≤ {target} | "
+            f"{rev.get('rev_over_fwd', float('nan')):.1f} | {off_s} | "
+            f"{ev['compile_s']:.1f} / {rev['compile_s']:.1f} | "
+            f"{_mb(ev['temp_bytes'])} / {_mb(rev['temp_bytes'])} / {off_mb} |"
+        )
+    return "\n".join(lines)
+
+
+def sweep_table(records) -> str:
+    rows = [r for r in records if r["part"] == "checkpoint_sweep"]
+    lines = [
+        "| problem | saved | steps | temp MB: False / default (k = 1) / True (k) | "
+        "rev s: False / default / True |",
+        "|" + "---|" * 5,
+    ]
+    keys = []
+    for r in rows:
+        k = (r["problem"], r["save_every"] == 1, r["steps"])
+        if k not in keys:
+            keys.append(k)
+    for k in keys:
+        by = {
+            r["checkpoint"]: r
+            for r in rows
+            if (r["problem"], r["save_every"] == 1, r["steps"]) == k
+        }
+        off, dflt, on = by.get("False"), by.get("None"), by.get("True")
+        if off is None or dflt is None or on is None:
+            continue
+        lines.append(
+            f"| {k[0]} | {'every state' if k[1] else 'final state'} | {k[2]} | "
+            f"{_mb(off['temp_bytes'])} / {_mb(dflt['temp_bytes'])} / "
+            f"{_mb(on['temp_bytes'])} ({on['interval']}) | "
+            f"{off['run_s']:.3g} / {dflt['run_s']:.3g} / {on['run_s']:.3g} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--json", default=None, help="write records to this path")
+    p.add_argument("--table", default=None, help="only print the tables of this JSON file")
+    p.add_argument("--quick", action="store_true", help="small subset (smoke test, < 1 min)")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--batches", default="1,256")
+    p.add_argument("--steps-free", type=int, default=1000, help="steps of the free body")
+    p.add_argument("--steps-pendulum", type=int, default=1000, help="steps of the pendulum")
+    p.add_argument("--horizons", default="100,1000,10000", help="steps of the sweep")
+    p.add_argument("--sweep", action="store_true", help="add the checkpoint sweep (long)")
+    p.add_argument(
+        "--checkpoints",
+        default="default,0",
+        help="rollout(checkpoint=...) values of the rev rows: default (rollout's own), 0/False, "
+        "1, True, or an interval; the first is the headline",
+    )
+    p.add_argument("--integrators", default=None, help="subset, comma-separated")
+    p.add_argument("--no-cost", action="store_true", help="skip the rev/fwd cost part")
+    p.add_argument(
+        "--problems", default="free_body,double_pendulum", help="subset of the two problems"
+    )
+    args = p.parse_args(argv)
+    if args.table:
+        with open(args.table) as fh:
+            records = json.load(fh)
+        print(cost_table(records) + "\n\n" + sweep_table(records))
+        return records
+    batches = [int(b) for b in args.batches.split(",")]
+    horizons = [int(h) for h in args.horizons.split(",")]
+    steps = {"free_body": args.steps_free, "double_pendulum": args.steps_pendulum}
+    problems = {k: steps[k] for k in args.problems.split(",")}
+    integrators = list(INTEGRATORS) if args.integrators is None else args.integrators.split(",")
+    ck_map = {"default": None, "0": False, "False": False, "True": True}
+    checkpoints = tuple(
+        ck_map.get(c, None if c == "default" else c) for c in args.checkpoints.split(",")
+    )
+    checkpoints = tuple(int(c) if isinstance(c, str) else c for c in checkpoints)
+    if args.quick:
+        problems = {"free_body": 100}
+        integrators = ["SemiImplicitEuler", "RK4", "ImplicitMidpoint"]
+        args.repeats, horizons = 3, [100, 1000]
+    if args.no_cost:
+        problems = {}
+    records = []
+    print(
+        f"{'problem':16s} {'integrator':18s} {'B':>4s} {'mode':5s} {'compile s':>9s} "
+        f"{'run s':>9s} {'temp MB':>9s} {'rev/eval':>8s}"
+    )
+    for name, steps in problems.items():
+        for integ in integrators:
+            if integ == "Projected(RK4)" and name == "free_body":
+                continue  # no joints: Projected is the base integrator
+            for b in batches:
+                for r in cost_case(name, integ, b, steps, args.repeats, checkpoints):
+                    records.append(r)
+                    ratio = f"{r['rev_over_eval']:8.2f}" if "rev_over_eval" in r else ""
+                    print(
+                        f"{name:16s} {integ:18s} {b:4d} {r['mode']:5s} {r['compile_s']:9.2f} "
+                        f"{r['run_s']:9.4f} {_mb(r['temp_bytes']):>9s} {ratio}"
+                        + (f"  {r['error']}" if "error" in r else ""),
+                        flush=True,
+                    )
+    if args.sweep:
+        print("\ncheckpoint sweep (RK4, B = 1, value_and_grad):")
+        sweep_problems = ["free_body"] if args.quick else args.problems.split(",")
+        for name in sweep_problems:
+            for every in (False, True):
+                for n in horizons:
+                    for ck in (False, None, True):
+                        r = sweep_case(name, n, 1 if every else n, ck, min(args.repeats, 3))
+                        records.append(r)
+                        print(
+                            f"{name:16s} save_every={r['save_every']:<6d} steps={n:<6d} "
+                            f"checkpoint={ck!s:5s} (k = {r['interval']:4d}) temp "
+                            f"{_mb(r['temp_bytes']):>8s} MB  compile {r['compile_s']:.1f} s  "
+                            f"run {r['run_s']:.4f} s",
+                            flush=True,
+                        )
+    print()
+    if not args.no_cost:
+        print(cost_table(records))
+    if args.sweep:
+        print()
+        print(sweep_table(records))
+    return write_records(records, args.json)
+
+
+if __name__ == "__main__":
+    main()
