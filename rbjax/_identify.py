@@ -134,6 +134,7 @@ is ≈ 1 when σ is right and the model fits.
 
 from __future__ import annotations
 
+import abc
 import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -279,9 +280,9 @@ class AbstractObservation(eqx.Module):
     def check(self, model, state0: State, where: str) -> None:
         """Build-time validation against the model (names, indices, joints)."""
 
+    @abc.abstractmethod
     def predict(self, model, states: State) -> Array:
         """Prediction (K, d) at the K states."""
-        raise NotImplementedError
 
     def error(self, model, states: State) -> Array:
         """Prediction − measurement (K, d), in the quantity's units."""
@@ -298,7 +299,16 @@ def _body_state(model, states: State, key, where: str):
     return states.q[:, b], states.u[:, b], b
 
 
-class Position(AbstractObservation):
+class _AbstractBodyObservation(AbstractObservation):
+    """An observation of one body (``body``: name or index), resolved against the model."""
+
+    body: eqx.AbstractVar[int | str]
+
+    def check(self, model, state0, where):
+        _resolve(self.body, model.names, "body", f"{where}.body")
+
+
+class Position(_AbstractBodyObservation):
     """World position [m] of the body-fixed point ``point`` (body axes, from the centre of
     mass) of ``body`` (name or index), a marker: x = r + s R(A) p̄ (seed 000 eq. (32)).
     ``values`` (K, 3), ``sigma`` scalar or (3,) [m]."""
@@ -318,16 +328,13 @@ class Position(AbstractObservation):
         self.mask = jnp.asarray(m)
         self.point = jnp.asarray(p)
 
-    def check(self, model, state0, where):
-        _resolve(self.body, model.names, "body", f"{where}.body")
-
     def predict(self, model, states):
         q, _, _ = _body_state(model, states, self.body, "Position.body")
         p = jnp.broadcast_to(self.point.astype(q.dtype), q[:, 0:3].shape)
         return q[:, 0:3] + quat.transform(q[:, 3:7], p)
 
 
-class Orientation(AbstractObservation):
+class Orientation(_AbstractBodyObservation):
     """Attitude of ``body`` as unit quaternions ``values`` (K, 4), scalar first, body → world.
 
     The residual is the rotation vector [rad] of the relative rotation conj(y_k) ⊗ A(t_k),
@@ -358,9 +365,6 @@ class Orientation(AbstractObservation):
         self.sigma = jnp.asarray(_check_sigma("Orientation", sigma, 3))
         self.mask = jnp.asarray(m)
 
-    def check(self, model, state0, where):
-        _resolve(self.body, model.names, "body", f"{where}.body")
-
     def predict(self, model, states):
         q, _, _ = _body_state(model, states, self.body, "Orientation.body")
         return q[:, 3:7]
@@ -369,7 +373,7 @@ class Orientation(AbstractObservation):
         return _rotvec_between(self.values.astype(states.q.dtype), self.predict(model, states))
 
 
-class AngularVelocity(AbstractObservation):
+class AngularVelocity(_AbstractBodyObservation):
     """Angular velocity [rad/s] of ``body``: ``frame="body"`` (body axes, a gyroscope) or
     ``"world"``. From the state's ω (seed 000 eq. (37)): the body-frame angular velocity for a
     rigid body, ω/s for a scalable one (eq. (49)); world = R(A) × body. values (K, 3)."""
@@ -388,9 +392,6 @@ class AngularVelocity(AbstractObservation):
         self.sigma = jnp.asarray(_check_sigma("AngularVelocity", sigma, 3))
         self.mask = jnp.asarray(m)
 
-    def check(self, model, state0, where):
-        _resolve(self.body, model.names, "body", f"{where}.body")
-
     def predict(self, model, states):
         q, u, b = _body_state(model, states, self.body, "AngularVelocity.body")
         w = u[:, 4:7]
@@ -399,7 +400,7 @@ class AngularVelocity(AbstractObservation):
         return w if self.frame == "body" else quat.rotate(q[:, 3:7], w)
 
 
-class Velocity(AbstractObservation):
+class Velocity(_AbstractBodyObservation):
     """World velocity [m/s] of the centre of mass of ``body``. values (K, 3)."""
 
     body: int | str = eqx.field(static=True)
@@ -411,9 +412,6 @@ class Velocity(AbstractObservation):
         self.values = jnp.asarray(_check_finite_rows("Velocity", v, m))
         self.sigma = jnp.asarray(_check_sigma("Velocity", sigma, 3))
         self.mask = jnp.asarray(m)
-
-    def check(self, model, state0, where):
-        _resolve(self.body, model.names, "body", f"{where}.body")
 
     def predict(self, model, states):
         _, u, _ = _body_state(model, states, self.body, "Velocity.body")
