@@ -28,7 +28,15 @@ every state (RK4, B = 1); compile times of the double pendulum's reverse mode ma
     python benchmarks/gradients.py --json benchmarks/results/gradients.json [--quick] [--sweep]
     python benchmarks/gradients.py --table benchmarks/results/gradients.json   # print the tables
 
-Records: part ("cost" or "checkpoint_sweep"), problem, integrator, formulation, dtype, batch,
+The "reference" part (skip with ``--no-reference``) times the same free-body loss written
+directly in JAX without rbjax (Euler's equations and the attitude quaternion only; its final ω
+is checked against rbjax's NewtonEuler RK4 rollout and printed): eval, rev with
+``jax.checkpoint`` around every step and rev without, for SemiImplicitEuler and RK4, with the
+state stacked into arrays and as a tuple of components. It measures what XLA's reverse mode
+costs on the smallest program doing the job, the baseline against which rbjax's ratios are
+judged.
+
+Records: part ("cost", "reference" or "checkpoint_sweep"), problem, integrator, formulation, dtype, batch,
 steps, mode (eval/fwd/rev), compile_s, run_s, temp_bytes, rev_over_fwd and rev_over_eval (rev
 rows), error (failed rows), + machine info; sweep records also save_every, checkpoint and
 interval (the steps between stored states).
@@ -166,6 +174,155 @@ def cost_case(name, integ_name, batch, steps, repeats, checkpoints=(None,)):
     return list(out.values())
 
 
+def _euler_rhs(q, w, inertia):
+    """Torque-free rigid body in plain JAX: Euler's equations and Ȧ = ½ A (0, ω), on tuples
+    of components (each of shape (B,))."""
+    q0, q1, q2, q3 = q
+    w1, w2, w3 = w
+    i1, i2, i3 = inertia
+    dq = (
+        0.5 * (-q1 * w1 - q2 * w2 - q3 * w3),
+        0.5 * (q0 * w1 + q2 * w3 - q3 * w2),
+        0.5 * (q0 * w2 + q3 * w1 - q1 * w3),
+        0.5 * (q0 * w3 + q1 * w2 - q2 * w1),
+    )
+    dw = ((i2 - i3) * w2 * w3 / i1, (i3 - i1) * w3 * w1 / i2, (i1 - i2) * w1 * w2 / i3)
+    return dq, dw
+
+
+def _axpy(x, y, a):
+    return tuple(xi + a * yi for xi, yi in zip(x, y, strict=True))
+
+
+def _reference_step(integ_name, h):
+    def sie(q, w, inertia):
+        w = _axpy(w, _euler_rhs(q, w, inertia)[1], h)
+        return _axpy(q, _euler_rhs(q, w, inertia)[0], h), w
+
+    def rk4(q, w, inertia):
+        k1 = _euler_rhs(q, w, inertia)
+        k2 = _euler_rhs(_axpy(q, k1[0], h / 2), _axpy(w, k1[1], h / 2), inertia)
+        k3 = _euler_rhs(_axpy(q, k2[0], h / 2), _axpy(w, k2[1], h / 2), inertia)
+        k4 = _euler_rhs(_axpy(q, k3[0], h), _axpy(w, k3[1], h), inertia)
+        comb = lambda x, a, b, c, d: tuple(  # noqa: E731
+            xi + (h / 6) * (ai + 2 * bi + 2 * ci + di)
+            for xi, ai, bi, ci, di in zip(x, a, b, c, d, strict=True)
+        )
+        return (
+            comb(q, k1[0], k2[0], k3[0], k4[0]),
+            comb(w, k1[1], k2[1], k3[1], k4[1]),
+        )
+
+    return {"SemiImplicitEuler": sie, "RK4": rk4}[integ_name]
+
+
+def reference_loss(integ_name, layout, steps, dt, checkpoint):
+    """The free body's loss written directly in JAX, without rbjax: the smallest program that
+    does the same job (attitude quaternion and body angular velocity only, Euler's equations,
+    no constraint, no failure checks). ``layout`` "stacked": the state as arrays (4, B) and
+    (3, B), stacked and unstacked every step (how one usually writes it); "components": a tuple
+    of (B,) arrays, which XLA differentiates best (fewest pad/slice kernels in the backward
+    loop). ``checkpoint``: ``jax.checkpoint`` around each step (as rollout's default).
+    Arguments (q0 (4, B), w0 (3, B), principal moments (3,))."""
+    step = _reference_step(integ_name, dt)
+
+    def loss(q0, w0, inertia):
+        moments = tuple(inertia)
+        if layout == "components":
+            body = lambda c, _: (step(c[0], c[1], moments), None)  # noqa: E731
+            c0 = (tuple(q0), tuple(w0))
+        else:
+
+            def body(c, _):
+                q, w = step(tuple(c[0]), tuple(c[1]), moments)
+                return (jnp.stack(q), jnp.stack(w)), None
+
+            c0 = (q0, w0)
+        if checkpoint:
+            body = jax.checkpoint(body)
+        (q, w), _ = jax.lax.scan(body, c0, None, length=steps)
+        return sum(jnp.sum(jnp.asarray(a) ** 2) for a in (*q, *w))
+
+    return loss
+
+
+def reference_check(steps):
+    """Final ω of the reference RK4 program against rbjax's NewtonEuler RK4 rollout
+    (max abs difference): the two programs integrate the same motion."""
+    model, state = problem("free_body", 4)
+    model = eqx.tree_at(lambda m: m.formulation, model, rbjax.NewtonEuler())
+    tr = rbjax.rollout(model, state, 1e-3, steps, save_every=steps, integrator=rbjax.RK4())
+    w_rb = tr.u[:, -1, 0, 4:7]
+    q0 = jnp.moveaxis(state.q[:, 0, 3:7], -1, 0)
+    w0 = jnp.moveaxis(state.u[:, 0, 4:7], -1, 0)
+    step = _reference_step("RK4", 1e-3)
+    (_, w), _ = jax.lax.scan(
+        lambda c, _: (step(c[0], c[1], (1.0, 2.0, 3.0)), None),
+        (tuple(q0), tuple(w0)),
+        None,
+        length=steps,
+    )
+    return float(jnp.max(jnp.abs(jnp.stack(w, -1) - w_rb)))
+
+
+def reference_case(integ_name, layout, batch, steps, repeats):
+    """eval, rev (per-step checkpoint) and rev@False records of the plain-JAX reference."""
+    rng = np.random.default_rng(0)
+    w0 = np.array([0.01, 5.0, 0.0])[:, None] + 1e-3 * rng.standard_normal((3, batch))
+    q0 = np.zeros((4, batch))
+    q0[0] = 1.0
+    args = (jnp.asarray(q0), jnp.asarray(w0), jnp.array([1.0, 2.0, 3.0]))
+    grad = lambda ck: jax.value_and_grad(  # noqa: E731
+        reference_loss(integ_name, layout, steps, 1e-3, ck), argnums=(0, 1, 2)
+    )
+    modes = {
+        "eval": reference_loss(integ_name, layout, steps, 1e-3, False),
+        "rev": grad(True),
+        "rev@False": grad(False),
+    }
+    base = {
+        "part": "reference",
+        "problem": f"plain JAX free body ({layout})",
+        "integrator": integ_name,
+        "formulation": "Euler's equations",
+        "dtype": "float64",
+        "batch": batch,
+        "steps": steps,
+        "dt": 1e-3,
+    }
+    out = []
+    for mode, fn in modes.items():
+        rec = dict(base, mode=mode, checkpoint="every step" if mode == "rev" else None)
+        rec["compile_s"], rec["run_s"], rec["temp_bytes"] = measure(fn, args, repeats)
+        out.append(rec)
+    for rec in out[1:]:
+        rec["rev_over_eval"] = rec["run_s"] / out[0]["run_s"]
+    return out
+
+
+def reference_table(records) -> str:
+    rows = [r for r in records if r["part"] == "reference"]
+    lines = [
+        "| program | integrator | B | eval s | rev s (/eval), checkpoint every step | "
+        "rev s (/eval), no checkpoint |",
+        "|" + "---|" * 6,
+    ]
+    keys = []
+    for r in rows:
+        k = (r["problem"], r["integrator"], r["batch"])
+        if k not in keys:
+            keys.append(k)
+    for k in keys:
+        by = {r["mode"]: r for r in rows if (r["problem"], r["integrator"], r["batch"]) == k}
+        ev, rev, off = by["eval"], by["rev"], by["rev@False"]
+        lines.append(
+            f"| {k[0]} | {k[1]} | {k[2]} | {ev['run_s']:.3g} | "
+            f"{rev['run_s']:.3g} (**{rev['rev_over_eval']:.1f}**) | "
+            f"{off['run_s']:.3g} ({off['rev_over_eval']:.1f}) |"
+        )
+    return "\n".join(lines)
+
+
 def sweep_case(name, steps, save_every, checkpoint, repeats):
     """Reverse mode (value_and_grad) of one system over ``steps`` steps: memory and time."""
     model, state = problem(name, 1)
@@ -284,13 +441,17 @@ def main(argv=None):
     p.add_argument("--integrators", default=None, help="subset, comma-separated")
     p.add_argument("--no-cost", action="store_true", help="skip the rev/fwd cost part")
     p.add_argument(
+        "--no-reference", action="store_true", help="skip the plain-JAX reference programs"
+    )
+    p.add_argument(
         "--problems", default="free_body,double_pendulum", help="subset of the two problems"
     )
     args = p.parse_args(argv)
     if args.table:
         with open(args.table) as fh:
             records = json.load(fh)
-        print(cost_table(records) + "\n\n" + sweep_table(records))
+        print(cost_table(records) + "\n\n" + reference_table(records))
+        print("\n" + sweep_table(records))
         return records
     batches = [int(b) for b in args.batches.split(",")]
     horizons = [int(h) for h in args.horizons.split(",")]
@@ -327,6 +488,23 @@ def main(argv=None):
                         + (f"  {r['error']}" if "error" in r else ""),
                         flush=True,
                     )
+    if not args.no_reference:
+        n_ref = 100 if args.quick else args.steps_free
+        print(
+            f"\nplain-JAX reference (free body, {n_ref} steps; its final ω differs from rbjax's "
+            f"NewtonEuler RK4 by {reference_check(n_ref):.1e} rad/s):"
+        )
+        for integ in ("SemiImplicitEuler", "RK4"):
+            for layout in ("stacked", "components"):
+                for b in batches:
+                    for r in reference_case(integ, layout, b, n_ref, args.repeats):
+                        records.append(r)
+                        ratio = f"{r['rev_over_eval']:8.2f}" if "rev_over_eval" in r else ""
+                        print(
+                            f"{r['problem']:34s} {integ:18s} {b:4d} {r['mode']:9s} "
+                            f"{r['compile_s']:9.2f} {r['run_s']:9.4f} {ratio}",
+                            flush=True,
+                        )
     if args.sweep:
         print("\ncheckpoint sweep (RK4, B = 1, value_and_grad):")
         sweep_problems = ["free_body"] if args.quick else args.problems.split(",")
@@ -346,6 +524,9 @@ def main(argv=None):
     print()
     if not args.no_cost:
         print(cost_table(records))
+    if not args.no_reference:
+        print()
+        print(reference_table(records))
     if args.sweep:
         print()
         print(sweep_table(records))
