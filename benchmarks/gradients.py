@@ -36,10 +36,10 @@ state stacked into arrays and as a tuple of components. It measures what XLA's r
 costs on the smallest program doing the job, the baseline against which rbjax's ratios are
 judged.
 
-Records: part ("cost", "reference" or "checkpoint_sweep"), problem, integrator, formulation, dtype, batch,
-steps, mode (eval/fwd/rev), compile_s, run_s, temp_bytes, rev_over_fwd and rev_over_eval (rev
-rows), error (failed rows), + machine info; sweep records also save_every, checkpoint and
-interval (the steps between stored states).
+Records: part ("cost", "reference" or "checkpoint_sweep"), problem, integrator, formulation,
+dtype, batch, steps, mode (eval/fwd/rev), compile_s, run_s, temp_bytes, rev_over_fwd and
+rev_over_eval (rev rows), error (failed rows), note (rows re-measured alone), + machine info;
+sweep records also save_every, checkpoint and interval (the steps between stored states).
 """
 
 from __future__ import annotations
