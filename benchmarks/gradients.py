@@ -300,6 +300,14 @@ def reference_case(integ_name, layout, batch, steps, repeats):
     return out
 
 
+def _groups(rows, key):
+    """``rows`` grouped by ``key(row)`` in first-seen order: a list of (key, rows)."""
+    out: dict = {}
+    for r in rows:
+        out.setdefault(key(r), []).append(r)
+    return list(out.items())
+
+
 def reference_table(records) -> str:
     rows = [r for r in records if r["part"] == "reference"]
     lines = [
@@ -307,13 +315,8 @@ def reference_table(records) -> str:
         "rev s (/eval), no checkpoint |",
         "|" + "---|" * 6,
     ]
-    keys = []
-    for r in rows:
-        k = (r["problem"], r["integrator"], r["batch"])
-        if k not in keys:
-            keys.append(k)
-    for k in keys:
-        by = {r["mode"]: r for r in rows if (r["problem"], r["integrator"], r["batch"]) == k}
+    for k, group in _groups(rows, lambda r: (r["problem"], r["integrator"], r["batch"])):
+        by = {r["mode"]: r for r in group}
         ev, rev, off = by["eval"], by["rev"], by["rev@False"]
         lines.append(
             f"| {k[0]} | {k[1]} | {k[2]} | {ev['run_s']:.3g} | "
@@ -359,13 +362,8 @@ def cost_table(records) -> str:
         "rev no checkpoint |"
     )
     lines = [head, "|" + "---|" * 11]
-    keys = []
-    for r in rows:
-        k = (r["problem"], r["integrator"], r["batch"])
-        if k not in keys:
-            keys.append(k)
-    for k in keys:
-        by = {r["mode"]: r for r in rows if (r["problem"], r["integrator"], r["batch"]) == k}
+    for k, group in _groups(rows, lambda r: (r["problem"], r["integrator"], r["batch"])):
+        by = {r["mode"]: r for r in group}
         ev, rev, off = by["eval"], by["rev"], by.get("rev@False")
         target = 6 if k[1] in IMPLICIT else 4
         if "error" in rev or "error" in ev:
@@ -396,17 +394,8 @@ def sweep_table(records) -> str:
         "rev s: False / default / True |",
         "|" + "---|" * 5,
     ]
-    keys = []
-    for r in rows:
-        k = (r["problem"], r["save_every"] == 1, r["steps"])
-        if k not in keys:
-            keys.append(k)
-    for k in keys:
-        by = {
-            r["checkpoint"]: r
-            for r in rows
-            if (r["problem"], r["save_every"] == 1, r["steps"]) == k
-        }
+    for k, group in _groups(rows, lambda r: (r["problem"], r["save_every"] == 1, r["steps"])):
+        by = {r["checkpoint"]: r for r in group}
         off, dflt, on = by.get("False"), by.get("None"), by.get("True")
         if off is None or dflt is None or on is None:
             continue
