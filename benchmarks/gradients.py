@@ -246,6 +246,15 @@ def reference_loss(integ_name, layout, steps, dt, checkpoint):
     return loss
 
 
+def _reference_args(batch):
+    """(q0 (4, B), ω0 (3, B), principal moments (3,)) of the reference: the attitude, body
+    angular velocity and inertia of ``problem("free_body", batch)``, the same bodies."""
+    model, state = problem("free_body", batch)
+    q0 = jnp.moveaxis(state.q[:, 0, 3:7], -1, 0)
+    w0 = jnp.moveaxis(state.u[:, 0, 4:7], -1, 0)
+    return q0, w0, jnp.diagonal(model.inertia[0])
+
+
 def reference_check(steps):
     """Final ω of the reference RK4 program against rbjax's NewtonEuler RK4 rollout
     (max abs difference): the two programs integrate the same motion."""
@@ -253,11 +262,10 @@ def reference_check(steps):
     model = eqx.tree_at(lambda m: m.formulation, model, rbjax.NewtonEuler())
     tr = rbjax.rollout(model, state, 1e-3, steps, save_every=steps, integrator=rbjax.RK4())
     w_rb = tr.u[:, -1, 0, 4:7]
-    q0 = jnp.moveaxis(state.q[:, 0, 3:7], -1, 0)
-    w0 = jnp.moveaxis(state.u[:, 0, 4:7], -1, 0)
+    q0, w0, moments = _reference_args(4)
     step = _reference_step("RK4", 1e-3)
     (_, w), _ = jax.lax.scan(
-        lambda c, _: (step(c[0], c[1], (1.0, 2.0, 3.0)), None),
+        lambda c, _: (step(c[0], c[1], tuple(moments)), None),
         (tuple(q0), tuple(w0)),
         None,
         length=steps,
@@ -267,11 +275,7 @@ def reference_check(steps):
 
 def reference_case(integ_name, layout, batch, steps, repeats):
     """eval, rev (per-step checkpoint) and rev@False records of the plain-JAX reference."""
-    rng = np.random.default_rng(0)
-    w0 = np.array([0.01, 5.0, 0.0])[:, None] + 1e-3 * rng.standard_normal((3, batch))
-    q0 = np.zeros((4, batch))
-    q0[0] = 1.0
-    args = (jnp.asarray(q0), jnp.asarray(w0), jnp.array([1.0, 2.0, 3.0]))
+    args = _reference_args(batch)
     grad = lambda ck: jax.value_and_grad(  # noqa: E731
         reference_loss(integ_name, layout, steps, 1e-3, ck), argnums=(0, 1, 2)
     )

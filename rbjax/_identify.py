@@ -1441,11 +1441,6 @@ def _choose_mode(autodiff: str, p_total: int) -> str:
     return autodiff
 
 
-def _mechanism_dof(model, state: State) -> int:
-    """Degrees of freedom 6·nb − rank W̃ of a mechanism of rigid bodies at ``state``."""
-    return int(mobility(model, state).dof)
-
-
 def _tangent_basis(model, state: State, dof: int) -> np.ndarray:
     """(6 nb, dof) orthonormal basis of the null space of the velocity Jacobian W̃ at ONE
     state (per body (v, ω), ω in body axes): the ``dof`` right singular vectors of the
@@ -1621,7 +1616,7 @@ def identify(
     seg0: dict[str, Array] = {}
     tangent = n_seg > 1 and bool(model0.joints) and not any(model0.scalable)
     if tangent:
-        dof = _mechanism_dof(model0, state0)
+        dof = int(mobility(model0, state0).dof)  # 6 nb − rank W̃
         z = jnp.zeros((n_seg - 1, dof), dtype)
         seg0 = {"dq": z, "du": z}
         refs = (
