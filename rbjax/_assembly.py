@@ -22,13 +22,14 @@ import numpy as np
 from jax.core import Tracer
 from jaxtyping import Array, Float
 
-from . import _cf as cf
 from ._constraints import GROUND
 from ._dynamics import UdwadiaSchutte
+from ._engine import kernels as cf
+from ._engine.joints import JointTerms, SchurSystem, joint_terms, one_shot, solve_multipliers
+from ._engine.layout import from_components, to_components
+from ._engine.mass import mvec
+from ._engine.newton import batch_jacobian, batched_solve, flatten, implicit_root, unflatten
 from ._errors import is_concrete
-from ._mass import from_cf, mvec, to_cf
-from ._mechanics import JointTerms, SchurSystem, joint_terms, one_shot, solve_multipliers
-from ._newton import batch_jacobian, batched_solve, flatten, implicit_root, unflatten
 from ._state import State
 
 
@@ -382,12 +383,12 @@ def _assemble(model, state, tol, max_iters, velocities):
 
 
 def _assemble_body(model, state, tol, max_iters, velocities):
-    t, q, u = to_cf(state)
+    t, q, u = to_components(state)
     q, err, it = _closest_point(model, t, q, tol, max_iters)
     if velocities:
         u = jnp.where(model.rigid, u.at[3].set(0.0), u)
         u = _project_velocity(model, t, q, u)
-    return from_cf(t, q, u), err, it
+    return from_components(t, q, u), err, it
 
 
 def _check_model(model, where):
@@ -448,7 +449,7 @@ class Mobility(eqx.Module):
 
 @_one_shot_jit
 def _jacobian_blocks(model, state):
-    t, q, u = to_cf(state)
+    t, q, u = to_components(state)
     return joint_terms(model, model.formulation.kinematics, t, q, u, gamma=False).W
 
 
@@ -541,7 +542,7 @@ def _kinematic_scan_body(model, q0, times, tol, max_iters):
         # DOF = 0: the equations of motion determine the same u̇ as W̃u̇ = γ, and their
         # multipliers are the inverse-dynamics efforts (one W/γ evaluation for both).
         _, udot, lam = model.formulation.derivatives(model, tt, q, u)
-        st = from_cf(tt, q, u)
+        st = from_components(tt, q, u)
         return q, (st.t, st.q, st.u, jnp.moveaxis(udot, 0, -1), lam, jnp.max(err))
 
     _, out = jax.lax.scan(one, q0, times)
@@ -589,7 +590,7 @@ def kinematic_analysis(
         )
     if tol is None:
         tol = 1e-12 if state0.q.dtype == jnp.float64 else 1e-5
-    _, q0, _ = to_cf(state0)
+    _, q0, _ = to_components(state0)
     t, q, u, udot, lam, res = _kinematic_scan(model, q0, times, float(tol), int(max_iters))
     if is_concrete(res) and not np.all(np.asarray(res) <= 100 * tol):
         k = int(np.argmax(~(np.asarray(res) <= 100 * tol)))
@@ -605,7 +606,7 @@ def kinematic_analysis(
 def _consistency(model, state):
     """Residuals and velocity residuals of every batch member, and the W blocks of the first
     (one compiled function: these checks run before every rollout's first call)."""
-    t, q, u = to_cf(state)
+    t, q, u = to_components(state)
     terms = joint_terms(model, model.formulation.kinematics, t, q, u, cdot=True, gamma=False)
     first = [tuple(w.reshape(w.shape[:2] + (-1,))[..., 0] for w in pair) for pair in terms.W]
     return _norm_rows(model, terms.c), _norm_rows(model, terms.cdot), first

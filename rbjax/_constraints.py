@@ -31,8 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import _cf as cf
 from . import _quaternion as quat
+from ._engine import kernels as cf
 from ._errors import check_finite
 
 GROUND = -1
@@ -96,7 +96,7 @@ class Frame(NamedTuple):
     The built-in constraints are written through :func:`point` and :func:`axis`, so they accept
     either the coordinates q (7, ...) or a Frame. The engine differentiates them with respect to
     the Frame (chain rule through A(p) done once per body instead of once per joint row; see
-    rbjax/_mechanics.py); the residual, its Jacobian and γ are the same functions of q.
+    rbjax/_engine/joints.py); the residual, its Jacobian and γ are the same functions of q.
     """
 
     r: Array

@@ -16,7 +16,7 @@ UdwadiaSchutte(J0)     seed 001 eqs. (39), (43)-(45): M_u = 4EᵀJE,  quaternion
                        fundamental equation, Moore–Penrose inverse  Q_c = 2pμ (depends on J0)
 =====================  ==========================================  ===============================
 
-Internally everything is component-first (rbjax/_cf.py): q, u have shape (7, ..., nb).
+Internally everything is component-first (rbjax/_engine/kernels.py): q, u have shape (7, ..., nb).
 """
 
 from __future__ import annotations
@@ -29,12 +29,13 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from . import _cf as cf
 from . import _quaternion as quat
 from ._constraints import GROUND
+from ._engine import kernels as cf
+from ._engine.joints import joint_terms, solve_multipliers
+from ._engine.layout import inertia_components, to_components
+from ._engine.mass import half_trace, mvec
 from ._forces import Resultants, total_resultants
-from ._mass import half_trace, inertia_cf, mvec, to_cf
-from ._mechanics import joint_terms, solve_multipliers
 
 # ------------------------------------------------------------------------ formulations
 
@@ -42,7 +43,7 @@ from ._mechanics import joint_terms, solve_multipliers
 def constrained(model, kin, t, q, u, a, lam_nu_free):
     """Add the joint constraint forces to the unconstrained acceleration ``a`` (ν̇ = 0 set for
     rigid bodies). Returns (u̇, λ) with λ = (scaling multipliers (..., nb), joint multipliers
-    (..., m)) concatenated on the last axis; see rbjax/_mechanics.py for the elimination."""
+    (..., m)) concatenated on the last axis; see rbjax/_engine/joints.py for the elimination."""
     terms = joint_terms(model, kin, t, q, u)
     extra = None
     if model.baumgarte is not None:  # c̈ + 2α ċ + β² c = 0
@@ -113,7 +114,7 @@ class ScalableDAE(AbstractFormulation):
         return jnp.where(model.rigid, cf.qnorm2(q[3:7]) - 1.0, 0.0)
 
     def _free_parts(self, model, res: Resultants, q, u):
-        th = inertia_cf(model)
+        th = inertia_components(model)
         qc, uc = cf.comps(q), cf.comps(u)
         a = qc[3:7]
         nu, w = uc[3], uc[4:7]
@@ -206,7 +207,7 @@ class NewtonEuler(AbstractFormulation):
 
     def derivatives(self, model, t, q, u):
         res = total_resultants(model, t, q, u)
-        th = inertia_cf(model)
+        th = inertia_components(model)
         w = cf.comps(u)[4:7]
         thw = cf.matvec(th, w)
         wdot = cf.matvec(cf.sym_inv(th), res.M - cf.cross(w, thw))
@@ -370,7 +371,7 @@ class UdwadiaSchutte(AbstractFormulation):
 
 def accelerations(model, state):
     """(u̇, λ) of ``model.formulation`` at ``state``; u̇ has the shape of ``state.u``."""
-    t, q, u = to_cf(state)
+    t, q, u = to_components(state)
     _, udot, lam = model.formulation.derivatives(model, t, q, u)
     return jnp.moveaxis(udot, 0, -1), lam
 
@@ -387,7 +388,7 @@ def mass_matrix(model):
 
 def kinetic_energy(model, state):
     """T = ½ uᵀ M u summed over bodies (seed 000, eqs. (60), (64)); valid for scalable bodies."""
-    _, _, u = to_cf(state)
+    _, _, u = to_components(state)
     return 0.5 * jnp.sum(jnp.sum(u * mvec(model, u), axis=0), axis=-1)
 
 
@@ -413,8 +414,8 @@ def angular_momentum(model, state):
     For a scalable body, ∫ ξ × ξ̇ dm = m r × v + s R Θ ω (ν contributes nothing since
     ϱ × ϱ = 0); s R x is the quaternion transform A (0, x) A* (seed 000, eq. (27)).
     """
-    _, q, u = to_cf(state)
-    th = inertia_cf(model)
+    _, q, u = to_components(state)
+    th = inertia_components(model)
     spin = cf.transform(q[3:7], cf.matvec(th, u[4:7]))
     orbital = model.mass * cf.cross(q[0:3], u[0:3])
     return jnp.moveaxis(jnp.sum(spin + orbital, axis=-1), 0, -1)
@@ -422,9 +423,9 @@ def angular_momentum(model, state):
 
 def scaling_force_closed_form(model, state):
     """λ = −ωᵀΘω − S_C (seed 000, eq. (96)), the scaling constraint force of a rigid body."""
-    t, q, u = to_cf(state)
+    t, q, u = to_components(state)
     res = total_resultants(model, t, q, u)
-    th = inertia_cf(model)
+    th = inertia_components(model)
     w = u[4:7]
     return -cf.dot3(w, cf.matvec(th, w)) - res.S
 

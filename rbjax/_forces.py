@@ -26,8 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import _cf as cf
 from ._constraints import GROUND, _vec, point
+from ._engine import kernels as cf
+from ._engine.layout import system_vector
 from ._errors import check_finite, check_shape, fail, is_concrete
 from ._joints import _perpendicular, _rot_np, _unit
 from ._state import State
@@ -91,8 +92,8 @@ class PointForce(AbstractForce):
 
     def resultants(self, model, t, q, u):
         mask = _onehot(self.body, model.nb, q.dtype)
-        f = cf.system_vector(self.force_world, q)
-        rho = cf.system_vector(self.point_body, q)
+        f = system_vector(self.force_world, q)
+        rho = system_vector(self.point_body, q)
         return _at_point(q[3:7], rho, f, mask)
 
 
@@ -110,7 +111,7 @@ class BodyTorque(AbstractForce):
 
     def resultants(self, model, t, q, u):
         mask = _onehot(self.body, model.nb, q.dtype)
-        tau = cf.system_vector(self.torque_body, q)
+        tau = system_vector(self.torque_body, q)
         zero3 = jnp.zeros_like(q[0:3])
         return Resultants(F=zero3, S=jnp.zeros_like(q[0]), M=tau * mask + zero3)
 
@@ -289,7 +290,7 @@ class TranslationalSpringDamper(AbstractForce):
     def _point(self, model, q, u, b: int, s):
         """(q_b, P, Ṗ) of the body point s̄ of body b: P = r + A s̄ and its velocity, the jvp of
         P(q) along q̇ = kinematics(q, u). GROUND: the world point s̄ at rest (q_b = None)."""
-        s = cf.system_vector(jnp.asarray(s, q.dtype), q)
+        s = system_vector(jnp.asarray(s, q.dtype), q)
         if b == GROUND:
             return None, s, jnp.zeros_like(s)
         qb, ub = _body_state(q, u, b)
@@ -327,7 +328,7 @@ class TranslationalSpringDamper(AbstractForce):
         parts = []
         for b, qb, s, f in ((self.body_i, qi, self.s_i, fe), (self.body_j, qj, self.s_j, -fe)):
             if qb is not None:
-                rho = cf.system_vector(jnp.asarray(s, q.dtype), q)
+                rho = system_vector(jnp.asarray(s, q.dtype), q)
                 parts.append(_at_point(qb[3:7], rho, f, _onehot(b, model.nb, q.dtype)))
         return _sum(parts)
 
@@ -499,7 +500,7 @@ class RotationalSpringDamper(AbstractForce):
 
         def frame(b, *vectors):
             """Quaternion, world vectors A x̄ and world angular velocity R ω / s of body b."""
-            vs = [cf.system_vector(jnp.asarray(x, q.dtype), q) for x in vectors]
+            vs = [system_vector(jnp.asarray(x, q.dtype), q) for x in vectors]
             if b == GROUND:
                 return None, vs, jnp.zeros_like(vs[0])
             qb, ub = _body_state(q, u, b)
@@ -535,7 +536,7 @@ class RotationalSpringDamper(AbstractForce):
 
 def total_resultants(model, t, q, u) -> Resultants:
     """Sum of gravity (F = m g at the centre of mass: S_C = 0, M_C = 0) and all model forces."""
-    g = cf.system_vector(model.gravity, q)
+    g = system_vector(model.gravity, q)
     zero3 = jnp.zeros((3,) + q.shape[1:], q.dtype)
     total = Resultants(F=model.mass * g + zero3, S=jnp.zeros(q.shape[1:], q.dtype), M=zero3)
     for force in model.forces:

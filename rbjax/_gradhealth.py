@@ -31,9 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._assembly import check_mechanism_state
+from ._engine.joints import joint_terms
+from ._engine.layout import to_components
 from ._integrators import RK4, AbstractIntegrator, check_dt
-from ._mass import to_cf
-from ._mechanics import joint_terms
 from ._quaternion import mul as qmul
 from ._simulate import RESULT_OK, Trajectory, rollout
 from ._state import State
@@ -178,7 +178,7 @@ def _project_tangent(model, state0: State, dirs):
     nb = model.nb
 
     def constraints(xi, s):
-        t, q, u = to_cf(_perturb_state(s, xi))
+        t, q, u = to_components(_perturb_state(s, xi))
         terms = joint_terms(model, kin, t, q, u, gamma=False, cdot=True)
         return jnp.concatenate(list(terms.c) + list(terms.cdot), axis=0)
 

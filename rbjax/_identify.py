@@ -149,9 +149,9 @@ from jaxtyping import Array
 
 from . import _quaternion as quat
 from ._assembly import assemble, check_mechanism_state, jacobian_matrix, mobility
+from ._engine.layout import to_components
 from ._errors import fail
 from ._integrators import RK4, AbstractIntegrator
-from ._mass import to_cf
 from ._reactions import reactions
 from ._state import State
 
@@ -681,7 +681,7 @@ def _integrate(problem: _Problem, model, init: State):
     integ = problem.integrator
 
     def one(t0, q0, u0, hs, ts):
-        t, q, u = to_cf(State(t=t0, q=q0, u=u0))
+        t, q, u = to_components(State(t=t0, q=q0, u=u0))
 
         def step(carry, ht):
             t, q, u, ok = carry

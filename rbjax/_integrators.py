@@ -13,7 +13,7 @@ ImplicitMidpoint       2      for the rigid-body DAE: |A|² = 1 to Newton tolera
 =====================  =====  =======================================================================
 
 An explicit Runge–Kutta method is data: a Butcher tableau run by one algorithm (ExplicitRK).
-All integrators work on the component-first state internally (rbjax/_cf.py) and accept any
+All integrators work on the component-first state internally (rbjax/_engine/kernels.py) and accept any
 leading batch axes; they are differentiable (the implicit step through the implicit function
 theorem, ``jax.lax.custom_root``, not by unrolling Newton iterations).
 """
@@ -29,16 +29,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from . import _cf as cf
 from ._assembly import _project_position, _project_velocity
+from ._engine import kernels as cf
+from ._engine.joints import joint_force_correction, joint_terms
+from ._engine.layout import from_components, to_components
+from ._engine.mass import minv
+from ._engine.newton import batch_jacobian as _jacobian
+from ._engine.newton import batched_solve as _batched_solve
+from ._engine.newton import flatten as _flatten
+from ._engine.newton import unflatten as _unflatten
 from ._errors import is_concrete
 from ._forces import total_resultants
-from ._mass import from_cf, minv, to_cf
-from ._mechanics import joint_force_correction, joint_terms
-from ._newton import batch_jacobian as _jacobian
-from ._newton import batched_solve as _batched_solve
-from ._newton import flatten as _flatten
-from ._newton import unflatten as _unflatten
 
 
 class AbstractIntegrator(eqx.Module):
@@ -54,9 +55,9 @@ class AbstractIntegrator(eqx.Module):
         """Advance ``state`` by ``dt``; same pytree structure, shapes and dtypes out as in."""
         check_dt(dt)
         model.check_state(state)
-        t, q, u = to_cf(state)
+        t, q, u = to_components(state)
         t1, q1, u1, _ = self.step_cf(model, t, q, u, jnp.asarray(dt, q.dtype))
-        return from_cf(t1, q1, u1)
+        return from_components(t1, q1, u1)
 
 
 def check_dt(dt):

@@ -40,10 +40,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import _cf as cf
 from . import _constraints
 from . import _quaternion as quat
 from ._constraints import GROUND, AbstractConstraint, _check_f, _vec, _zero, axis, point
+from ._engine import kernels as cf
 
 
 def _unit(name, x):
@@ -372,7 +372,7 @@ JOINT_TYPES = (
 )
 
 # Types whose residual reads q only through point()/axis(): the engine differentiates them with
-# respect to each body's Frame (r, A) (rbjax/_mechanics.py). Exact types only: a user subclass
+# respect to each body's Frame (r, A) (rbjax/_engine/joints.py). Exact types only: a user subclass
 # may index q directly and takes the generic route.
 FRAME_TYPES = frozenset(JOINT_TYPES) | {
     _constraints.DP1,

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import _cf
+from ._engine import kernels as _cf
 
 # --------------------------------------------------------------------------- layout helpers
 

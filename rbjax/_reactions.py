@@ -16,9 +16,10 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from . import _cf as cf
-from ._dynamics import accelerations, to_cf
-from ._mechanics import _GROUND_Q, _extend, generalized_forces, joint_terms
+from ._dynamics import accelerations
+from ._engine import kernels as cf
+from ._engine.joints import _GROUND_Q, _extend, generalized_forces, joint_terms
+from ._engine.layout import to_components
 
 
 class Reactions(eqx.Module):
@@ -50,7 +51,7 @@ def reactions(model, state, lam=None) -> Reactions:
         raise ValueError("reactions: the model has no joints. Fix: pass joints=[...] to Model.")
     if lam is None:
         lam = accelerations(model, state)[1]
-    t, q, u = to_cf(state)
+    t, q, u = to_components(state)
     terms = joint_terms(model, model.formulation.kinematics, t, q, u, gamma=False)
     lam_j = jnp.moveaxis(lam[..., model.nb :], -1, 0)
     rows = model.joint_rows

@@ -2,7 +2,7 @@
 
 ``rollout(model, state0, dt, n_steps)`` accepts a single system or any leading batch axes on
 the state and/or the model's parameters (broadcast together). Batches are integrated in the
-component-first layout (rbjax/_cf.py) with the batch as the minor axis, which is what makes a
+component-first layout (rbjax/_engine/kernels.py) with the batch as the minor axis, which is what makes a
 batched rollout fast on CPU; the same function also works under ``jax.vmap``, ``jax.grad`` and
 ``jax.jvp`` (it is an equinox filter-jitted pure function).
 """
@@ -19,7 +19,7 @@ from jaxtyping import Array, Float, Int
 
 from ._assembly import check_mechanism_state
 from ._body import validate_inertia
-from ._dynamics import to_cf
+from ._engine.layout import to_components
 from ._errors import is_concrete
 from ._integrators import RK4, AbstractIntegrator, check_dt
 from ._state import State
@@ -382,7 +382,7 @@ def _chunked(model, t, q, u, batch, size, args):
 def _rollout(
     model, state0, dt, integrator, n_steps, save_every, multipliers, throw, batch_chunk, checkpoint
 ):
-    t, q, u = to_cf(state0)
+    t, q, u = to_components(state0)
     # Broadcast the state over the batch axes of the model parameters (leading axes).
     batch = jnp.broadcast_shapes(
         q.shape[1:-1], model.mass.shape[:-1], model.inertia.shape[:-3], model.gravity.shape[:-1]

@@ -1,6 +1,6 @@
 """Shared test configuration: float64, strict dtype promotion, one tolerance helper.
 
-Rank promotion is left at "allow" on purpose: the component-first kernels (rbjax/_cf.py)
+Rank promotion is left at "allow" on purpose: the component-first kernels (rbjax/_engine/kernels.py)
 broadcast per-body parameters of shape (nb,) against batched states of shape (B, nb) by design.
 
 Compile time dominates the suite (most tests compile a program and run it for milliseconds).

@@ -13,7 +13,7 @@ import pytest
 from conftest import assert_close
 
 import rbjax
-from rbjax._dynamics import to_cf
+from rbjax._engine.layout import to_components
 
 
 def random_state(key, batch, nb=2, scale=1.0):
@@ -32,7 +32,7 @@ def test_autodiff_W_equals_closed_form_and_seed004(batch):
     ]
     model = rbjax.Model(bodies)
     st = random_state(jax.random.PRNGKey(1), batch)
-    _, q, u = to_cf(st)
+    _, q, u = to_components(st)
     f = model.formulation
     w_ad = f.constraint_jacobian(model, q)
     w_cf = f.normalisation_jacobian(model, q)
@@ -61,7 +61,7 @@ def test_autodiff_W_equals_closed_form_and_seed004(batch):
 def test_autodiff_gamma_is_zero_and_matches_finite_difference():
     model = rbjax.Model([rbjax.Body(1.0, jnp.diag(jnp.array([1.0, 2.0, 2.5])))])
     st = random_state(jax.random.PRNGKey(2), (5,), nb=1)
-    _, q, u = to_cf(st)
+    _, q, u = to_components(st)
     f = model.formulation
     gamma = f.gamma(model, q, u)
     assert_close(gamma, 0.0, atol=1e-12)

@@ -8,7 +8,7 @@ import numpy as np
 from conftest import assert_close
 
 import rbjax
-from rbjax._dynamics import to_cf
+from rbjax._engine.layout import to_components
 from rbjax._forces import total_resultants
 
 INERTIA = jnp.diag(jnp.array([1.0, 2.0, 3.0]))
@@ -30,7 +30,7 @@ def test_point_force_resultants_match_eq75_for_scalable_body():
     )
     a = np.array([0.9, 0.2, -0.3, 0.4])  # non-unit: s = |A|² ≠ 1
     st = rbjax.make_state(quaternion=a)
-    res = total_resultants(model, *to_cf(st))
+    res = total_resultants(model, *to_components(st))
     R = rot(a) / (a @ a)
     assert_close(np.asarray(res.F)[:, 0], f + 2.0 * np.array([0, 0, -9.81]), rtol=1e-14)
     assert_close(np.asarray(res.S)[0], rho @ R.T @ f, rtol=1e-13)  # S_C = ϱᵀRᵀF

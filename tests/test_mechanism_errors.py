@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import rbjax
-from rbjax._dynamics import to_cf
-from rbjax._mechanics import joint_terms
+from rbjax._engine.joints import joint_terms
+from rbjax._engine.layout import to_components
 
 I_ROD = np.diag([1e-3, 1.0 / 12.0, 1.0 / 12.0])
 Q0 = np.array([[0.5, 0, 0, 1, 0, 0, 0], [1.5, 0, 0, 1, 0, 0, 0]], float)
@@ -30,7 +30,7 @@ def state(q=Q0):
 
 
 def residual_max(model, states):
-    t, q, u = to_cf(states)
+    t, q, u = to_components(states)
     terms = joint_terms(model, model.formulation.kinematics, t, q, u, jacobian=False)
     return max(float(jnp.max(jnp.abs(c))) for c in terms.c), max(
         float(jnp.max(jnp.abs(c))) for c in terms.cdot

@@ -16,8 +16,8 @@ import pytest
 from conftest import assert_close
 
 import rbjax
-from rbjax import _mechanics as mech
-from rbjax._blockchol import BlockCholesky, BlockCholeskyBatched, dense_solve
+from rbjax._engine import joints as mech
+from rbjax._engine.blockchol import BlockCholesky, BlockCholeskyBatched, dense_solve
 
 
 def _all_joint_types_model(formulation, subset=None):

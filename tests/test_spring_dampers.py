@@ -22,7 +22,7 @@ import pytest
 from conftest import assert_close
 
 import rbjax
-from rbjax._dynamics import to_cf
+from rbjax._engine.layout import to_components
 
 GROUND = rbjax.GROUND
 DT, STEPS, EVERY = 1e-3, 2000, 10  # 2 s: two periods of the 1 Hz oscillators below
@@ -80,7 +80,7 @@ def qdot_scalable(q, u):
 
 def resultants(model, state):
     """Total applied resultants (F (nb, 3), S (nb,), M (nb, 3)) without gravity."""
-    t, q, u = to_cf(state)
+    t, q, u = to_components(state)
     parts = [f.resultants(model, t, q, u) for f in model.forces]
     F = sum(np.asarray(p.F) for p in parts)
     S = sum(np.asarray(p.S) for p in parts)
@@ -218,7 +218,7 @@ def test_rsda_on_revolute_is_a_torsional_oscillator_and_conserves_energy():
     assert e_err < 1e-10  # measured 2.3e-12
     assert off < 1e-12
     # θ of the force itself agrees with the closed form along the trajectory
-    th_code, thd_code = rsda.angle_and_rate(model, *to_cf(traj.states)[1:])
+    th_code, thd_code = rsda.angle_and_rate(model, *to_components(traj.states)[1:])
     assert_close(th_code, theta, atol=1e-13)
     assert_close(thd_code, theta_dot, atol=1e-12)
 
@@ -276,7 +276,7 @@ def test_tsda_resultants_equal_point_forces_and_rate_matches_finite_difference()
     qd = np.array([qdot_scalable(q[b], u[b]) for b in range(2)])
     eps = 1e-6
     ldot_fd = (length(q + eps * qd) - length(q - eps * qd)) / (2 * eps)
-    l_code, ldot_code = tsda.length_and_rate(model, *to_cf(state)[1:])
+    l_code, ldot_code = tsda.length_and_rate(model, *to_components(state)[1:])
     print(
         f"\nTSDA: l̇ closed form vs FD {abs(ldot - ldot_fd):.1e}, code vs closed form {abs(ldot_code - ldot):.1e}"
     )
@@ -317,7 +317,7 @@ def test_tsda_resultants_equal_point_forces_and_rate_matches_finite_difference()
         position=q_r[:, :3], quaternion=q_r[:, 3:], velocity=u_r[:, :3], omega_body=u_r[:, 4:]
     )
     model_ne = rbjax.Model(bodies_r, forces=[tsda], formulation=rbjax.NewtonEuler())
-    _, ldot_ne = tsda.length_and_rate(model_ne, *to_cf(st_r)[1:])
+    _, ldot_ne = tsda.length_and_rate(model_ne, *to_components(st_r)[1:])
     d = world_point(q_r[1], s_j) - world_point(q_r[0], s_i)
     ldot_r = unit(d) @ (point_velocity(q_r[1], u_r[1], s_j) - point_velocity(q_r[0], u_r[0], s_i))
     assert_close(ldot_ne, ldot_r, rtol=1e-13)
@@ -356,7 +356,7 @@ def test_rsda_resultants_closed_form_and_rate_matches_finite_difference():
         t=t,
     )
 
-    th, thd = rsda.angle_and_rate(model, *to_cf(state)[1:])
+    th, thd = rsda.angle_and_rate(model, *to_components(state)[1:])
     qd = np.array([qdot_scalable(q[b], u[b]) for b in range(2)])
     eps = 1e-6
 
@@ -387,7 +387,7 @@ def test_rsda_resultants_closed_form_and_rate_matches_finite_difference():
     thd_g = z @ (big_w + phi_dot * z)
     assert_close(M[0], np.zeros(3), atol=0.0)
     assert_close(M[1], rotmat(a_j).T @ (-k * phi * z) / s_j, rtol=1e-13)
-    assert_close(rsda_g.angle_and_rate(model, *to_cf(state)[1:])[1], thd_g, rtol=1e-13)
+    assert_close(rsda_g.angle_and_rate(model, *to_components(state)[1:])[1], thd_g, rtol=1e-13)
 
 
 def test_batched_resultants_equal_single_systems():
@@ -411,7 +411,7 @@ def test_batched_resultants_equal_single_systems():
         position=qs[..., :3], quaternion=qs[..., 3:], velocity=us[..., :3], nu=us[..., 3],
         omega_body=us[..., 4:], t=ts,
     )  # fmt: skip
-    t, qc, uc = to_cf(batch)
+    t, qc, uc = to_components(batch)
     for f in forces:
         rb = f.resultants(model, t, qc, uc)
         assert rb.F.shape == (3, 2, 2) and rb.S.shape == (2, 2) and rb.M.shape == (3, 2, 2)
@@ -517,7 +517,7 @@ def test_resultant_gradients_in_all_parameters_match_finite_differences():
         omega_body=u[:, 4:], t=0.3,
     )  # fmt: skip
     state = eqx.tree_at(lambda s: s.q, state, state.q.at[1, 3:7].multiply(1.1))  # tilt θ ≠ 0
-    t, qc, uc = to_cf(state)
+    t, qc, uc = to_components(state)
     leaves = ["stiffness", "damping", "actuator.a", "actuator.b"]
     where = {f"tsda.{k}": k for k in leaves + ["rest_length", "s_i", "s_j"]}
     where |= {f"rsda.{k}": k for k in leaves + ["rest_angle", "axis_i", "ref_i", "ref_j"]}
@@ -564,7 +564,7 @@ def test_tsda_coincident_points_give_no_nan_in_value_or_gradient():
     state = rbjax.make_state(
         position=q[:, :3], quaternion=q[:, 3:], velocity=u[:, :3], omega_body=u[:, 4:]
     )
-    t, qc, uc = to_cf(state)
+    t, qc, uc = to_components(state)
     for l0, c, act in [
         (0.0, 0.0, None),
         (0.0, 1.5, Push(jnp.asarray(0.3), jnp.asarray(1.0))),

@@ -15,7 +15,7 @@ complement S λ = γ − W̃ a with W̃ = W with the ν columns of rigid bodies 
 S = W̃ M⁻¹ W̃ᵀ (M⁻¹ block-diagonal and constant per body, seed 000 eq. (64)). The scaling
 multiplier then follows from the ν row: λ_ν = −(f − h)_ν − (Wᵀλ)_ν (eq. (96) with the joint's
 scaling load). This is exactly the full KKT solution, with a smaller SPD system. S is factored
-by a block-sparse Cholesky over joints (rbjax/_blockchol.py): O(N) for a chain of N links.
+by a block-sparse Cholesky over joints (rbjax/_engine/blockchol.py): O(N) for a chain of N links.
 
 Joints of the same type (and the same driver function) are stacked along a trailing axis and
 evaluated together, so compile time grows with the number of joint TYPES, not joints.
@@ -31,11 +31,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _cf as cf
-from ._blockchol import dense_solve, factor, mm_t
-from ._constraints import GROUND, Frame
-from ._joints import FRAME_TYPES
-from ._mass import half_trace, inertia_cf, minv
+from .._constraints import GROUND, Frame
+from .._joints import FRAME_TYPES
+from . import kernels as cf
+from .blockchol import dense_solve, factor, mm_t
+from .layout import inertia_components
+from .mass import half_trace, minv
 
 
 def _neutral(joint):
@@ -331,7 +332,7 @@ class SchurSystem:
     def __init__(self, model, terms: JointTerms, dtype):
         nb, nj = model.nb, len(model.joints)
         rigid = [not s for s in model.scalable]
-        thinv = cf.sym_inv(inertia_cf(model))
+        thinv = cf.sym_inv(inertia_components(model))
         ht = half_trace(model)
         nu_mask = jnp.asarray([0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0], dtype)
         wt, x = {}, {}

@@ -50,17 +50,6 @@ def stack(*comps):
     return jnp.stack(comps, axis=0)
 
 
-def system_vector(x, like):
-    """A per-system vector x (..., 3) as a component-first array broadcastable against ``like``.
-
-    ``like`` is a component-first per-body array (k, *batch, nb); the result has shape
-    (3, *batch', 1) with singleton axes inserted so that leading batch axes of x line up.
-    """
-    y = jnp.moveaxis(x, -1, 0)[..., None]
-    missing = like.ndim - y.ndim
-    return y.reshape(y.shape[:1] + (1,) * missing + y.shape[1:]) if missing > 0 else y
-
-
 # --------------------------------------------------------------------------- vectors
 
 

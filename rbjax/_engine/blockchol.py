@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 def mm_t(a, b):
     """a @ bᵀ for blocks a (p, k, ...) and b (r, k, ...) -> (p, r, ...). Columns are read
-    with one ``unstack`` each (see rbjax/_cf.py ``comps``: cheap to transpose)."""
+    with one ``unstack`` each (see rbjax/_engine/kernels.py ``comps``: cheap to transpose)."""
     ac, bc = jnp.unstack(a, axis=1), jnp.unstack(b, axis=1)
     out = ac[0][:, None] * bc[0][None, :]
     for l in range(1, len(ac)):

@@ -1,0 +1,32 @@
+"""The constant mass matrix M = diag(mI, ½trΘ, Θ) (seed 000 eq. (64)), component-first.
+
+Shared by the formulations and the constraint machinery (joints.py).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from . import kernels as cf
+from .layout import inertia_components
+
+
+def half_trace(model):
+    th = model.inertia
+    return 0.5 * (th[..., 0, 0] + th[..., 1, 1] + th[..., 2, 2])
+
+
+def minv(model, x):
+    """M⁻¹ x for the constant block-diagonal mass matrix M = diag(mI, ½trΘ, Θ) (seed 000, eq. (64))."""
+    thinv = cf.sym_inv(inertia_components(model))
+    return jnp.concatenate(
+        [x[0:3] / model.mass, (x[3] / half_trace(model))[None], cf.matvec(thinv, x[4:7])], axis=0
+    )
+
+
+def mvec(model, x):
+    """M x (seed 000, eq. (64))."""
+    th = inertia_components(model)
+    return jnp.concatenate(
+        [x[0:3] * model.mass, (x[3] * half_trace(model))[None], cf.matvec(th, x[4:7])], axis=0
+    )
