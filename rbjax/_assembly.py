@@ -465,8 +465,8 @@ def _dense_jacobian(model, blocks) -> np.ndarray:
     rows = model.joint_rows
     mat = np.zeros((sum(rows), offs[-1]))
     r0 = 0
-    for k, joint in enumerate(model.joints):
-        for side, b in enumerate((joint.body_i, joint.body_j)):
+    for k, bodies in enumerate(model.topology.joint_bodies):
+        for side, b in enumerate(bodies):
             if b == GROUND:
                 continue
             w = np.asarray(blocks[k][side])

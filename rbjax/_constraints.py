@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
@@ -34,8 +34,7 @@ from jaxtyping import Array, Float
 from . import _quaternion as quat
 from ._engine import kernels as cf
 from ._errors import check_finite
-
-GROUND = -1
+from ._topology import GROUND
 
 
 def _zero(t):
@@ -43,27 +42,39 @@ def _zero(t):
 
 
 class AbstractConstraint(eqx.Module):
-    """A residual vector Φ(q_i, q_j, t) between bodies ``body_i`` and ``body_j``.
+    """A residual vector Φ(q_i, q_j, t) = 0 between bodies ``body_i`` and ``body_j``.
 
-    ``body_i`` / ``body_j`` are static: a body index, a body name (resolved by
-    :class:`rbjax.Model`) or ``GROUND`` (−1, the world frame: r = 0, p = (1, 0, 0, 0)).
+    To write a constraint, subclass this and implement :meth:`residual` for ONE system in the
+    natural layout: ``q_i``, ``q_j`` are the coordinates (r, p) of shape (7,) of the two bodies
+    (``GROUND``: r = 0, p = (1, 0, 0, 0)), ``t`` a scalar time; return Φ of shape (m,). Any
+    JAX function will do: the engine takes its Jacobian (jvp) and the acceleration right-hand
+    side γ (nested jvp) by automatic differentiation, and evaluates it over batches with
+    ``jax.vmap``. Array fields are differentiable parameters. Or pass a plain function to
+    :class:`rbjax.CustomConstraint`.
 
-    :meth:`residual` is written COMPONENT-FIRST: ``qi`` and ``qj`` have shape (7, ...) and the
-    result (m, ...), where "..." is anything broadcastable (nothing for one system; batch and
-    joint axes inside the engine). Array fields of concrete constraints are 3-vectors of shape
-    (3,) or scalars; the engine stacks joints of one type along a trailing axis and evaluates them
-    together. ``f`` (driving function) is any JAX function of t, or an equinox Module whose array
-    fields are differentiable parameters. To write a constraint as a plain function of ONE
-    system's (q_i, q_j, t), use :class:`rbjax.CustomConstraint`.
+    ``body_i`` / ``body_j`` are static: a body index, a body name (resolved once by
+    :class:`rbjax.Model` into its ``topology``) or ``GROUND`` (−1, the world frame).
+
+    The built-in constraints are also written so that the same code broadcasts over trailing
+    axes and reads q only through :func:`point` and :func:`axis` (class attribute
+    ``_vectorised = True``, which subclasses do not inherit); the engine then evaluates all
+    joints of a type at once in its own layout and differentiates them through each body's
+    frame (rbjax/_engine/joints.py). That is an engine detail, not part of the interface.
     """
 
-    body_i: int | str = eqx.field(static=True)
-    body_j: int | str = eqx.field(static=True)
-    name: str = eqx.field(static=True)
+    body_i: eqx.AbstractVar[int | str]
+    body_j: eqx.AbstractVar[int | str]
+    name: eqx.AbstractVar[str]
+    _vectorised: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "_vectorised" not in cls.__dict__:  # a fast path is declared, never inherited
+            cls._vectorised = False
 
     @abc.abstractmethod
-    def residual(self, qi, qj, t) -> Float[Array, " m ..."]:
-        """Φ(q_i, q_j, t), component-first: qi, qj (7, ...), t (...) -> (m, ...)."""
+    def residual(self, q_i, q_j, t) -> Float[Array, " m"]:
+        """Φ(q_i, q_j, t) for one system: q_i, q_j (7,), t () -> (m,)."""
 
     def frame(self):
         """(s̄_i, s̄_j, R̄_i, R̄_j): joint points in body i / body j axes and the joint frames
@@ -125,6 +136,11 @@ def _points(qi, qj, si, sj):
 class DP1(AbstractConstraint):
     """Φ^DP1 = āᵢᵀ Aᵢᵀ Aⱼ āⱼ − f(t) (seed 004): the dot product of two body-fixed vectors."""
 
+    _vectorised: ClassVar[bool] = True
+    body_i: int | str = eqx.field(static=True)
+    body_j: int | str = eqx.field(static=True)
+    name: str = eqx.field(static=True)
+
     a_i: Float[Array, "3"]
     a_j: Float[Array, "3"]
     f: Callable = _zero
@@ -140,6 +156,11 @@ class DP1(AbstractConstraint):
 
 class DP2(AbstractConstraint):
     """Φ^DP2 = āᵢᵀ Aᵢᵀ d_ij − f(t) (seed 004)."""
+
+    _vectorised: ClassVar[bool] = True
+    body_i: int | str = eqx.field(static=True)
+    body_j: int | str = eqx.field(static=True)
+    name: str = eqx.field(static=True)
 
     a_i: Float[Array, "3"]
     s_i: Float[Array, "3"]
@@ -163,6 +184,11 @@ class DP2(AbstractConstraint):
 class D(AbstractConstraint):
     """Φ^D = d_ijᵀ d_ij − f(t) (seed 004): squared distance between two body points."""
 
+    _vectorised: ClassVar[bool] = True
+    body_i: int | str = eqx.field(static=True)
+    body_j: int | str = eqx.field(static=True)
+    name: str = eqx.field(static=True)
+
     s_i: Float[Array, "3"]
     s_j: Float[Array, "3"]
     f: Callable = _zero
@@ -182,6 +208,11 @@ class D(AbstractConstraint):
 
 class CD(AbstractConstraint):
     """Φ^CD = cᵀ d_ij − f(t) (seed 004): a coordinate difference along the world vector c."""
+
+    _vectorised: ClassVar[bool] = True
+    body_i: int | str = eqx.field(static=True)
+    body_j: int | str = eqx.field(static=True)
+    name: str = eqx.field(static=True)
 
     c: Float[Array, "3"]
     s_i: Float[Array, "3"]

@@ -324,8 +324,8 @@ class UdwadiaSchutte(AbstractFormulation):
         )
         A = A.at[..., :nb, :].set(norm_rows.reshape(batch + (nb, 7 * nb)))
         r0 = nb
-        for k, joint in enumerate(model.joints):
-            for side, b in enumerate((joint.body_i, joint.body_j)):
+        for k, bodies in enumerate(model.topology.joint_bodies):
+            for side, b in enumerate(bodies):
                 if b == GROUND:
                     continue
                 w = jnp.moveaxis(terms.W[k][side], (0, 1), (-2, -1))  # (…, m_k, 7)

@@ -33,6 +33,7 @@ point=..., axis=...)``, which converts the world point and axis into each body's
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -40,7 +41,6 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import _constraints
 from . import _quaternion as quat
 from ._constraints import GROUND, AbstractConstraint, _check_f, _vec, _zero, axis, point
 from ._engine import kernels as cf
@@ -78,6 +78,9 @@ def _frame_vectors(name, z, x):
 class AbstractJoint(AbstractConstraint):
     """A joint between two joint frames (point s̄, axes x̄, z̄ in body axes; ȳ = z̄ × x̄)."""
 
+    body_i: int | str = eqx.field(static=True)
+    body_j: int | str = eqx.field(static=True)
+    name: str = eqx.field(static=True)
     s_i: Float[Array, "3"]
     s_j: Float[Array, "3"]
     z_i: Float[Array, "3"]
@@ -170,12 +173,16 @@ def _rot_np(a):
 class Spherical(AbstractJoint):
     """Ball joint: the two joint points coincide, d_ij = 0 (3 rows; 3 × CD of seed 004)."""
 
+    _vectorised: ClassVar[bool] = True
+
     def residual(self, qi, qj, t):
         return self.d(qi, qj)
 
 
 class Revolute(AbstractJoint):
     """Hinge about z: d_ij = 0 and z_i ⟂ x_j, y_j (5 rows: 3 CD + 2 DP1 of seed 004)."""
+
+    _vectorised: ClassVar[bool] = True
 
     def residual(self, qi, qj, t):
         (_, _, zi), (xj, yj, _) = self.frames(qi, qj)
@@ -187,6 +194,8 @@ class Universal(AbstractJoint):
     """Cardan joint: d_ij = 0 and the pins z_i (on body i) and z_j (on body j) stay
     perpendicular (4 rows: 3 CD + DP1). Build it with z_i ⟂ z_j in the reference configuration."""
 
+    _vectorised: ClassVar[bool] = True
+
     def residual(self, qi, qj, t):
         (_, _, zi), (_, _, zj) = self.frames(qi, qj)
         d = self.d(qi, qj)
@@ -196,6 +205,8 @@ class Universal(AbstractJoint):
 class Cylindrical(AbstractJoint):
     """Slides along and turns about z: z_i ∥ z_j and P_j on the line (P_i, z_i) (4 rows)."""
 
+    _vectorised: ClassVar[bool] = True
+
     def residual(self, qi, qj, t):
         (xi, yi, zi), (xj, yj, _) = self.frames(qi, qj)
         d = self.d(qi, qj)
@@ -204,6 +215,8 @@ class Cylindrical(AbstractJoint):
 
 class Translational(AbstractJoint):
     """Prismatic joint: slides along z, no relative rotation (5 rows: Cylindrical + x_i ⟂ y_j)."""
+
+    _vectorised: ClassVar[bool] = True
 
     def residual(self, qi, qj, t):
         (xi, yi, zi), (xj, yj, _) = self.frames(qi, qj)
@@ -216,6 +229,8 @@ class Translational(AbstractJoint):
 class Fixed(AbstractJoint):
     """Weld: d_ij = 0 and the frames stay aligned (6 rows: 3 CD + 3 DP1)."""
 
+    _vectorised: ClassVar[bool] = True
+
     def residual(self, qi, qj, t):
         (xi, _, zi), (xj, yj, _) = self.frames(qi, qj)
         d = self.d(qi, qj)
@@ -225,6 +240,8 @@ class Fixed(AbstractJoint):
 class Parallel(AbstractJoint):
     """z_i ∥ z_j (2 rows: z_i ⟂ x_j, y_j; 2 × DP1)."""
 
+    _vectorised: ClassVar[bool] = True
+
     def residual(self, qi, qj, t):
         (_, _, zi), (xj, yj, _) = self.frames(qi, qj)
         return cf.stack(cf.dot3(zi, xj), cf.dot3(zi, yj))
@@ -233,6 +250,8 @@ class Parallel(AbstractJoint):
 class Perpendicular(AbstractJoint):
     """z_i ⟂ z_j (1 row; DP1)."""
 
+    _vectorised: ClassVar[bool] = True
+
     def residual(self, qi, qj, t):
         (_, _, zi), (_, _, zj) = self.frames(qi, qj)
         return cf.stack(cf.dot3(zi, zj))
@@ -240,6 +259,8 @@ class Perpendicular(AbstractJoint):
 
 class PointOnLine(AbstractJoint):
     """The point P_j stays on the line through P_i along z_i (2 rows; 2 × DP2)."""
+
+    _vectorised: ClassVar[bool] = True
 
     def residual(self, qi, qj, t):
         (xi, yi, _), _ = self.frames(qi, qj)
@@ -250,6 +271,8 @@ class PointOnLine(AbstractJoint):
 class Distance(AbstractJoint):
     """|P_j − P_i| = L: d_ijᵀ d_ij − L² = 0 (1 row; D of seed 004). ``length`` [m] is a
     differentiable leaf."""
+
+    _vectorised: ClassVar[bool] = True
 
     length: Float[Array, ""]
 
@@ -298,6 +321,8 @@ class RotationDriver(AbstractJoint):
     JAX function of t, or an equinox Module with differentiable parameters.
     """
 
+    _vectorised: ClassVar[bool] = True
+
     f: Callable = _zero
 
     def __init__(self, body_i, body_j, f: Callable = _zero, **kwargs):
@@ -314,6 +339,8 @@ class TranslationDriver(AbstractJoint):
     """Prescribes the displacement f(t) of P_j from P_i along z_i: z_iᵀd_ij − f(t) = 0 (1 row;
     DP2 with a driver). Pair it with a Translational joint."""
 
+    _vectorised: ClassVar[bool] = True
+
     f: Callable = _zero
 
     def __init__(self, body_i, body_j, f: Callable = _zero, **kwargs):
@@ -326,16 +353,19 @@ class TranslationDriver(AbstractJoint):
 
 
 class CustomConstraint(AbstractConstraint):
-    """A user constraint: ``fn(q_i, q_j, t, params) -> residual (m,)`` for ONE system.
+    """A user constraint from a plain function: ``fn(q_i, q_j, t, params) -> residual (m,)``.
 
     q_i, q_j have shape (7,) = (r, p) in the state convention (ground: r = 0, p = (1, 0, 0, 0)),
     t is a scalar, ``params`` any pytree (its arrays are differentiable). The engine takes the
-    Jacobian (``jax.jacfwd`` / jvp) and γ (nested jvp) of ``fn`` itself and ``jax.vmap``s it over
-    batches: no hand-written derivatives.
+    Jacobian (jvp) and γ (nested jvp) of ``fn`` itself and ``jax.vmap``s it over batches: no
+    hand-written derivatives. (Equivalently, subclass :class:`rbjax.AbstractConstraint`.)
     """
 
     fn: Callable = eqx.field(static=True)
-    params: object = None
+    params: object
+    body_i: int | str = eqx.field(static=True)
+    body_j: int | str = eqx.field(static=True)
+    name: str = eqx.field(static=True)
 
     def __init__(self, fn: Callable, body_i, body_j, params=None, *, name: str = "custom"):
         if not callable(fn):
@@ -343,40 +373,5 @@ class CustomConstraint(AbstractConstraint):
         self.fn, self.params = fn, params
         self.body_i, self.body_j, self.name = body_i, body_j, name
 
-    def residual(self, qi, qj, t):
-        shape = jnp.broadcast_shapes(qi.shape[1:], qj.shape[1:], jnp.shape(t))
-        qi = jnp.broadcast_to(qi, (7,) + shape).reshape(7, -1)
-        qj = jnp.broadcast_to(qj, (7,) + shape).reshape(7, -1)
-        tt = jnp.broadcast_to(t, shape).reshape(-1)
-
-        def one(a, b, s):
-            return jnp.atleast_1d(self.fn(a, b, s, self.params))
-
-        out = jax.vmap(one, in_axes=(1, 1, 0), out_axes=1)(qi, qj, tt)
-        return out.reshape(out.shape[:1] + shape)
-
-
-JOINT_TYPES = (
-    Spherical,
-    Revolute,
-    Universal,
-    Cylindrical,
-    Translational,
-    Fixed,
-    Parallel,
-    Perpendicular,
-    PointOnLine,
-    Distance,
-    RotationDriver,
-    TranslationDriver,
-)
-
-# Types whose residual reads q only through point()/axis(): the engine differentiates them with
-# respect to each body's Frame (r, A) (rbjax/_engine/joints.py). Exact types only: a user subclass
-# may index q directly and takes the generic route.
-FRAME_TYPES = frozenset(JOINT_TYPES) | {
-    _constraints.DP1,
-    _constraints.DP2,
-    _constraints.D,
-    _constraints.CD,
-}
+    def residual(self, q_i, q_j, t):
+        return jnp.atleast_1d(self.fn(q_i, q_j, t, self.params))

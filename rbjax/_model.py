@@ -7,7 +7,6 @@ physical parameters (masses, inertias, gravity, force parameters) are array leav
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 
 import equinox as eqx
@@ -17,11 +16,12 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ._body import Body
-from ._constraints import GROUND, AbstractConstraint
+from ._constraints import AbstractConstraint
 from ._dynamics import AbstractFormulation, ScalableDAE
 from ._errors import check_finite, check_shape, fail, is_concrete
 from ._forces import AbstractForce
 from ._state import State
+from ._topology import GROUND, Topology, group_joints
 
 
 class Model(eqx.Module):
@@ -40,9 +40,7 @@ class Model(eqx.Module):
     formulation: AbstractFormulation
     joints: tuple[AbstractConstraint, ...]
     baumgarte: tuple[Float[Array, ""], Float[Array, ""]] | None
-    scalable: tuple[bool, ...] = eqx.field(static=True)
-    names: tuple[str, ...] = eqx.field(static=True)
-    joint_rows: tuple[int, ...] = eqx.field(static=True)  # equations per joint
+    topology: Topology
 
     def __init__(
         self,
@@ -116,10 +114,8 @@ class Model(eqx.Module):
             raise ValueError(
                 f"Model(formulation={formulation!r}) is not a formulation. Fix: use ScalableDAE(), NewtonEuler() or UdwadiaSchutte()."
             )
-        self.scalable = tuple(b.scalable for b in bodies)
-        self.names = names
-        self.joints = _resolve_joints(joints, names, dtype)
-        self.joint_rows = tuple(_rows(j, dtype) for j in self.joints)
+        self.joints = tuple(joints)
+        self.topology = _topology(self.joints, names, tuple(b.scalable for b in bodies), dtype)
         if baumgarte is not None:
             if (
                 np.shape(baumgarte) != (2,)
@@ -139,12 +135,28 @@ class Model(eqx.Module):
         formulation.check_model(self)
 
     @property
+    def names(self) -> tuple[str, ...]:
+        """Body names, in body order."""
+        return self.topology.names
+
+    @property
+    def scalable(self) -> tuple[bool, ...]:
+        """Which bodies are scalable (seed 000 §4), in body order."""
+        return self.topology.scalable
+
+    @property
     def joint_names(self) -> tuple[str, ...]:
-        return tuple(j.name for j in self.joints)
+        """Unique joint names, in ``joints`` order."""
+        return self.topology.joint_names
+
+    @property
+    def joint_rows(self) -> tuple[int, ...]:
+        """Number of equations of each joint, in ``joints`` order."""
+        return self.topology.joint_rows
 
     @property
     def nb(self) -> int:
-        return len(self.scalable)
+        return self.topology.nb
 
     @property
     def rigid(self):
@@ -194,12 +206,12 @@ def _rows(joint, dtype) -> int:
     return int(jax.eval_shape(joint.residual, q, q, t).shape[0])
 
 
-def _resolve_joints(joints, names, dtype):
-    """Check each joint and replace body names by indices (ValueError naming the joint)."""
-    joints = list(joints)
+def _topology(joints, names, scalable, dtype) -> Topology:
+    """Check each joint and resolve its bodies (names or indices) and rows once, at build time
+    (ValueError naming the joint)."""
     nb = len(names)
-    out = []
-    seen: dict[str, int] = {}
+    bodies, joint_names, rows = [], [], []
+    seen: set[str] = set()
     for k, j in enumerate(joints):
         if not isinstance(j, AbstractConstraint):
             raise ValueError(
@@ -236,16 +248,10 @@ def _resolve_joints(joints, names, dtype):
                 f"joint '{j.name}' (joints[{k}]) connects body {resolved[0]} to itself. "
                 "Fix: a joint connects two different bodies (or a body and rbjax.GROUND)."
             )
-        name = j.name
-        if name in seen:
-            name = f"{name}[{k}]"
-        seen[name] = k
-        j2 = copy.copy(j)
-        object.__setattr__(j2, "body_i", resolved[0])
-        object.__setattr__(j2, "body_j", resolved[1])
-        object.__setattr__(j2, "name", name)
+        name = j.name if j.name not in seen else f"{j.name}[{k}]"
+        seen.add(name)
         try:
-            m = _rows(j2, dtype)
+            m = _rows(j, dtype)
         except Exception as e:  # a user residual that cannot be traced
             raise ValueError(
                 f"joint '{name}' (joints[{k}]): its residual cannot be evaluated on q_i, q_j of "
@@ -255,5 +261,14 @@ def _resolve_joints(joints, names, dtype):
             raise ValueError(
                 f"joint '{name}' (joints[{k}]) has no equations. Fix: return >= 1 rows."
             )
-        out.append(j2)
-    return tuple(out)
+        bodies.append((resolved[0], resolved[1]))
+        joint_names.append(name)
+        rows.append(m)
+    return Topology(
+        names=tuple(names),
+        scalable=tuple(scalable),
+        joint_bodies=tuple(bodies),
+        joint_names=tuple(joint_names),
+        joint_rows=tuple(rows),
+        joint_groups=group_joints(joints),
+    )

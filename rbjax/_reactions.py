@@ -60,9 +60,11 @@ def reactions(model, state, lam=None) -> Reactions:
     gen = generalized_forces(terms, lam_k)
     qx = jnp.moveaxis(_extend(q, _GROUND_Q), -1, 1)  # (7, nb + 1, ...)
     out = {key: [] for key in Reactions.__dataclass_fields__}
-    for k, joint in enumerate(model.joints):
+    for k, (joint, (b_i, b_j)) in enumerate(
+        zip(model.joints, model.topology.joint_bodies, strict=True)
+    ):
         s_i, s_j, rb_i, rb_j = joint.frame()
-        for side, (b, s, rb) in enumerate(((joint.body_i, s_i, rb_i), (joint.body_j, s_j, rb_j))):
+        for side, (b, s, rb) in enumerate(((b_i, s_i, rb_i), (b_j, s_j, rb_j))):
             qb = qx[:, b]  # GROUND = −1 is the last column
             g = gen[k][side]
             f_world = g[0:3]

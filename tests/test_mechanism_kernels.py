@@ -67,7 +67,7 @@ def test_frame_route_equals_generic_route(formulation, subset, monkeypatch):
     q = jax.random.normal(k1, (7, B, 3))  # non-unit quaternions: scalable transforms
     u = jax.random.normal(k2, (7, B, 3))
     t = jnp.linspace(0.0, 1.0, B)
-    assert mech._frame_capable(mech.groups(model)[0])
+    assert mech._fast_path(mech.groups(model)[0])
 
     def terms(q, u):
         return (
@@ -76,7 +76,7 @@ def test_frame_route_equals_generic_route(formulation, subset, monkeypatch):
         )
 
     fast, fast_cd = jax.jit(terms)(q, u)
-    monkeypatch.setattr(mech, "_frame_capable", lambda grp: False)
+    monkeypatch.setattr(mech, "_fast_path", lambda grp: False)  # the natural-layout adapter
     ref, ref_cd = jax.jit(terms)(q, u)
     for name in ("c", "cdot", "gamma", "W"):
         for a, b in zip(

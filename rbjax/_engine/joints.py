@@ -24,67 +24,71 @@ evaluated together, so compile time grows with the number of joint TYPES, not jo
 from __future__ import annotations
 
 import contextlib
-import copy
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._constraints import GROUND, Frame
-from .._joints import FRAME_TYPES
+from .._constraints import Frame
+from .._topology import GROUND, stack_joints
 from . import kernels as cf
 from .blockchol import dense_solve, factor, mm_t
 from .layout import inertia_components
 from .mass import half_trace, minv
 
 
-def _neutral(joint):
-    j = copy.copy(joint)
-    object.__setattr__(j, "body_i", 0)
-    object.__setattr__(j, "body_j", 0)
-    object.__setattr__(j, "name", "")
-    return j
-
-
 class Group:
-    """Joints of one type stacked along a trailing axis (trace-time helper)."""
+    """Joints of one topology group stacked along a trailing axis (trace-time helper).
 
-    def __init__(self, joints, ids, nb):
+    ``joint`` evaluates all of them at once; ``bi`` / ``bj`` are their body columns in the
+    extended layout (GROUND is the extra column nb); ``vectorised``: the residual broadcasts
+    over trailing axes and accepts Frames (built-in constraints), else it is written for one
+    system and is vmapped (:func:`_one_system`)."""
+
+    def __init__(self, model, ids):
+        topo = model.topology
         self.ids = ids
-        parts = [eqx.partition(_neutral(j), eqx.is_array) for j in joints]
-        static = parts[0][1]
-        if len(joints) == 1:
-            arrays = jax.tree.map(lambda x: x[..., None], parts[0][0])
-        else:
-            arrays = jax.tree.map(lambda *xs: jnp.stack(xs, axis=-1), *[p[0] for p in parts])
-        self.joint = eqx.combine(arrays, static)
-        # GROUND is the extra column nb of the extended coordinates.
-        self.bi = np.asarray([nb if j.body_i == GROUND else j.body_i for j in joints])
-        self.bj = np.asarray([nb if j.body_j == GROUND else j.body_j for j in joints])
-
-
-def _key(joint):
-    arrays, static = eqx.partition(_neutral(joint), eqx.is_array)
-    shapes = tuple((x.shape, str(x.dtype)) for x in jax.tree_util.tree_leaves(arrays))
-    try:
-        hash(static)
-        return (type(joint), jax.tree_util.tree_structure(arrays), shapes, static)
-    except TypeError:
-        return ("unique", id(joint))
+        joints = [model.joints[k] for k in ids]
+        self.joint = stack_joints(joints)
+        self.vectorised = type(joints[0])._vectorised
+        nb = topo.nb
+        self.bi = np.asarray(
+            [nb if topo.joint_bodies[k][0] == GROUND else topo.joint_bodies[k][0] for k in ids]
+        )
+        self.bj = np.asarray(
+            [nb if topo.joint_bodies[k][1] == GROUND else topo.joint_bodies[k][1] for k in ids]
+        )
 
 
 def groups(model):
-    """Group the model's joints by type (and static data)."""
-    by_key: dict = {}
-    order = []
-    for k, j in enumerate(model.joints):
-        key = _key(j)
-        if key not in by_key:
-            by_key[key] = []
-            order.append(key)
-        by_key[key].append(k)
-    return [Group([model.joints[k] for k in by_key[key]], by_key[key], model.nb) for key in order]
+    """The model's joints in their topology groups (same type and static data)."""
+    return [Group(model, ids) for ids in model.topology.joint_groups]
+
+
+def _one_system(joint):
+    """The residual of a stacked group of joints written for ONE system, (q_i (7,), q_j (7,),
+    t ()) -> (m,), evaluated on the engine's arrays q (7, g, *batch), t (1, *batch) ->
+    (m, g, *batch): ``jax.vmap`` over the group (each joint with its own parameters, the
+    trailing axis g of the stacked leaves) and over the flattened batch. This adapter is what
+    lets a user constraint speak the natural layout."""
+    arrays, static = eqx.partition(joint, eqx.is_array)
+
+    def per_joint(arr, a, b, s):  # a, b (7, n), s (n,) -> (m, n)
+        j = eqx.combine(arr, static)
+        one = lambda x, y, z: jnp.atleast_1d(j.residual(x, y, z))
+        return jax.vmap(one, in_axes=(1, 1, 0), out_axes=1)(a, b, s)
+
+    def res(qi, qj, t):
+        g = qi.shape[1]
+        batch = jnp.broadcast_shapes(qi.shape[2:], qj.shape[2:], jnp.shape(t)[1:])
+        a = jnp.broadcast_to(qi, (7, g) + batch).reshape(7, g, -1)
+        b = jnp.broadcast_to(qj, (7, g) + batch).reshape(7, g, -1)
+        s = jnp.broadcast_to(t, (g,) + batch).reshape(g, -1)
+        out = jax.vmap(per_joint, in_axes=(-1, 1, 1, 0), out_axes=1)(arrays, a, b, s)
+        return out.reshape(out.shape[:2] + batch)
+
+    return res
 
 
 def _extend(x, ground):
@@ -242,7 +246,7 @@ def joint_terms(model, kin, t, q, u, *, jacobian=True, gamma=True, cdot=False):
     ``kin(q, u)`` is the formulation's q̇ = Q⁻¹(q) u (component-first, linear in u); ``t`` has
     shape (..., 1) or (...,); q, u (7, ..., nb).
 
-    Built-in joints (``FRAME_TYPES``) read q only through world points r + A s̄ and vectors A ā.
+    Built-in joints (``_vectorised`` constraint types) read q only through world points r + A s̄ and vectors A ā.
     Their W is obtained by the chain rule split at the body Frame (r, A): ∂A/∂p along each of
     the 4 rotational velocity directions is ONE jvp of A(p) per body, shared by all joints on the
     body; each joint then costs a jvp of its residual with respect to (r, A), which is linear in
@@ -263,18 +267,21 @@ def joint_terms(model, kin, t, q, u, *, jacobian=True, gamma=True, cdot=False):
     ux = jnp.moveaxis(_extend(u, _ZERO_U), -1, 1)
     grps = groups(model)
     fr = None
-    if any(_frame_capable(g) for g in grps):
+    if any(_fast_path(g) for g in grps):
         fr = _body_frames(kin, qx, ux, jacobian=jacobian, gamma=gamma, cdot=cdot)
     for grp in grps:
-        joint = jax.tree.map(
-            lambda x: x.reshape(x.shape + (1,) * nbatch) if eqx.is_array(x) else x, grp.joint
-        )
+        if _fast_path(grp):
+            joint = jax.tree.map(
+                lambda x: x.reshape(x.shape + (1,) * nbatch) if eqx.is_array(x) else x, grp.joint
+            )
 
-        def res(a, b, s, joint=joint):
-            return joint.residual(a, b, s)
+            def res(a, b, s, joint=joint):
+                return joint.residual(a, b, s)
+        else:
+            res = _one_system(grp.joint)
 
         flags = dict(jacobian=jacobian, gamma=gamma, cdot=cdot)
-        if _frame_capable(grp):
+        if _fast_path(grp):
             val, cdv, gv, wi, wj = _frame_group(res, fr, qx, ux, grp.bi, grp.bj, tt, **flags)
         else:
             val, cdv, gv, wi, wj = _generic_group(res, kin, qx, ux, grp.bi, grp.bj, tt, **flags)
@@ -289,8 +296,9 @@ def joint_terms(model, kin, t, q, u, *, jacobian=True, gamma=True, cdot=False):
     return JointTerms(c=c, cdot=cdot_k, gamma=gam, W=W)
 
 
-def _frame_capable(grp):
-    return type(grp.joint) in FRAME_TYPES
+def _fast_path(grp) -> bool:
+    """Whether a group takes the vectorised frame route (else the one-system adapter)."""
+    return grp.vectorised
 
 
 _ONE_SHOT = [False]
@@ -318,8 +326,7 @@ def _minv_rows(mass_b, ht_b, thinv_b, w):
 
 
 def body_of(model, k, side):
-    j = model.joints[k]
-    return j.body_i if side == 0 else j.body_j
+    return model.topology.joint_bodies[k][side]
 
 
 class SchurSystem:
