@@ -54,7 +54,7 @@ def _split_rows(model, x):
 def _residuals(model, t, q):
     """All joint residuals Φ(q, t) stacked, (m, ...)."""
     zero = jnp.zeros_like(q)
-    kin = model.formulation.kinematics
+    kin = model.formulation._engine_kinematics
     return jnp.concatenate(
         joint_terms(model, kin, t, q, zero, gamma=False, jacobian=False).c, axis=0
     )
@@ -69,7 +69,7 @@ def _gauss_newton(model, t, q, tol, max_iters):
     """Path-following Gauss–Newton onto Φ(q, t) = 0: q ← N(q + Q⁻¹(q) δu) with the
     minimum-norm step δu = −M⁻¹W̃ᵀS⁻¹Φ re-linearised at every iterate (robust from far away;
     its end point depends on the path, so it only warm-starts :func:`_closest_point`)."""
-    kin = model.formulation.kinematics
+    kin = model.formulation._engine_kinematics
     zero_u = jnp.zeros_like(q)
 
     def step(q):
@@ -97,14 +97,16 @@ def _gauss_newton(model, t, q, tol, max_iters):
 
 def _frozen_normal(model, t, qt):
     """W̃(q̃) and its Schur complement S(q̃) = W̃M⁻¹W̃ᵀ, factored (trace-time object)."""
-    terms = joint_terms(model, model.formulation.kinematics, t, qt, jnp.zeros_like(qt), gamma=False)
+    terms = joint_terms(
+        model, model.formulation._engine_kinematics, t, qt, jnp.zeros_like(qt), gamma=False
+    )
     return SchurSystem(model, terms, qt.dtype)
 
 
 def _along(model, qt, schur, mu):
     """q(μ) = N(q̃ + Q⁻¹(q̃) M⁻¹W̃(q̃)ᵀ μ) for stacked multipliers μ (m, ...)."""
     du, _ = schur.correction(_split_rows(model, mu), jnp.moveaxis(qt, -1, 1))
-    return _renormalise(model, qt + model.formulation.kinematics(qt, du))
+    return _renormalise(model, qt + model.formulation._engine_kinematics(qt, du))
 
 
 def _precondition(model, schur, r):
@@ -195,7 +197,7 @@ def _retract(model, q0, d):
     displacement δ (7, ..., nb) (seed 000 eq. (37); rigid quaternions renormalised, ν of rigid
     bodies ignored)."""
     d = d * (1.0 - _nu_rows(model, q0.dtype, q0.ndim))
-    return _renormalise(model, q0 + model.formulation.kinematics(q0, d))
+    return _renormalise(model, q0 + model.formulation._engine_kinematics(q0, d))
 
 
 def _inverse_retract(model, q0, q):
@@ -340,7 +342,7 @@ def _closest_point(model, t, q0, tol, max_iters):
 
 def _project_velocity(model, t, q, u):
     """u ← u − M⁻¹W̃ᵀ(W̃M⁻¹W̃ᵀ)⁻¹(W u + c_t): the M-orthogonal projection onto ċ = 0."""
-    kin = model.formulation.kinematics
+    kin = model.formulation._engine_kinematics
     terms = joint_terms(model, kin, t, q, u, gamma=False, cdot=True)
     rhs = JointTerms(c=terms.c, cdot=terms.cdot, gamma=[-cd for cd in terms.cdot], W=terms.W)
     _, du, _ = solve_multipliers(model, rhs, jnp.zeros_like(u))
@@ -450,7 +452,7 @@ class Mobility(eqx.Module):
 @_one_shot_jit
 def _jacobian_blocks(model, state):
     t, q, u = to_components(state)
-    return joint_terms(model, model.formulation.kinematics, t, q, u, gamma=False).W
+    return joint_terms(model, model.formulation._engine_kinematics, t, q, u, gamma=False).W
 
 
 def jacobian_matrix(model, state: State) -> np.ndarray:
@@ -541,7 +543,7 @@ def _kinematic_scan_body(model, q0, times, tol, max_iters):
         u = _project_velocity(model, tt, q, jnp.zeros_like(q))
         # DOF = 0: the equations of motion determine the same u̇ as W̃u̇ = γ, and their
         # multipliers are the inverse-dynamics efforts (one W/γ evaluation for both).
-        _, udot, lam = model.formulation.derivatives(model, tt, q, u)
+        _, udot, lam = model.formulation._engine_derivatives(model, tt, q, u)
         st = from_components(tt, q, u)
         return q, (st.t, st.q, st.u, jnp.moveaxis(udot, 0, -1), lam, jnp.max(err))
 
@@ -607,7 +609,9 @@ def _consistency(model, state):
     """Residuals and velocity residuals of every batch member, and the W blocks of the first
     (one compiled function: these checks run before every rollout's first call)."""
     t, q, u = to_components(state)
-    terms = joint_terms(model, model.formulation.kinematics, t, q, u, cdot=True, gamma=False)
+    terms = joint_terms(
+        model, model.formulation._engine_kinematics, t, q, u, cdot=True, gamma=False
+    )
     first = [tuple(w.reshape(w.shape[:2] + (-1,))[..., 0] for w in pair) for pair in terms.W]
     return _norm_rows(model, terms.c), _norm_rows(model, terms.cdot), first
 

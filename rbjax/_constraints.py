@@ -19,8 +19,6 @@ alone (:func:`constraint_jacobian`, :func:`constraint_gamma`), so a user constra
 function of (q_i, q_j, t). The seed-004 formulas with B(p, s̄) matrices are kept in the tests.
 """
 
-from __future__ import annotations
-
 import abc
 from collections.abc import Callable
 from typing import ClassVar, NamedTuple
@@ -29,6 +27,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from equinox import AbstractVar
 from jaxtyping import Array, Float
 
 from . import _quaternion as quat
@@ -62,9 +61,9 @@ class AbstractConstraint(eqx.Module):
     frame (rbjax/_engine/joints.py). That is an engine detail, not part of the interface.
     """
 
-    body_i: eqx.AbstractVar[int | str]
-    body_j: eqx.AbstractVar[int | str]
-    name: eqx.AbstractVar[str]
+    body_i: AbstractVar[int | str]
+    body_j: AbstractVar[int | str]
+    name: AbstractVar[str]
     _vectorised: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs):

@@ -294,7 +294,7 @@ class TranslationalSpringDamper(AbstractForce):
         if b == GROUND:
             return None, s, jnp.zeros_like(s)
         qb, ub = _body_state(q, u, b)
-        kin = model.formulation.kinematics
+        kin = model.formulation._engine_kinematics
         p, v = jax.jvp(lambda x: point(x, s), (qb,), (kin(qb, ub),))
         return qb, p, v
 

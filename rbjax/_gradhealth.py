@@ -173,7 +173,7 @@ def _constraint_tangent(model, state0: State, dirs):
 
 @eqx.filter_jit
 def _project_tangent(model, state0: State, dirs):
-    kin = model.formulation.kinematics
+    kin = model.formulation._engine_kinematics
     batch = state0.q.shape[:-2]
     nb = model.nb
 

@@ -35,7 +35,7 @@ Each interval (t_{k−1}, t_k] is split into n_k = ⌈Δt_k / dt⌉ equal steps,
 from the concrete times (so the step counts are static), and ONE ``lax.scan`` runs every step
 with its own step size h and the exact time of its end point; the state is gathered at the
 ends of the intervals, i.e. exactly at the sample times (no interpolation). The integrator is
-any rbjax integrator (``step_cf`` on the component-first arrays; default ``RK4()``).
+any rbjax integrator (its engine step; default ``RK4()``).
 
 Multiple shooting (``shooting=S``)
 ----------------------------------
@@ -686,7 +686,7 @@ def _integrate(problem: _Problem, model, init: State):
         def step(carry, ht):
             t, q, u, ok = carry
             h, t_end = ht
-            _, q, u, good = integ.step_cf(model, t, q, u, h)
+            _, q, u, good = integ._engine_step(model, t, q, u, h)
             return (t_end[None], q, u, ok & jnp.all(good)), (q, u)
 
         ok0 = jnp.asarray(True)

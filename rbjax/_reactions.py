@@ -52,7 +52,7 @@ def reactions(model, state, lam=None) -> Reactions:
     if lam is None:
         lam = accelerations(model, state)[1]
     t, q, u = to_components(state)
-    terms = joint_terms(model, model.formulation.kinematics, t, q, u, gamma=False)
+    terms = joint_terms(model, model.formulation._engine_kinematics, t, q, u, gamma=False)
     lam_j = jnp.moveaxis(lam[..., model.nb :], -1, 0)
     rows = model.joint_rows
     offs = [sum(rows[:k]) for k in range(len(rows))]

@@ -252,13 +252,13 @@ def _integrate(model, t, q, u, batch, integrator, h, n_steps, save_every, multip
 
     def one_step(carry, _):
         t, q, u, ok_all = carry
-        t1, q1, u1, ok = integrator.step_cf(model, t, q, u, h)
+        t1, q1, u1, ok = integrator._engine_step(model, t, q, u, h)
         return (t1, q1, u1, ok_all & ok), None
 
     def save(t, q, u):
         out = (t[..., 0], jnp.moveaxis(q, 0, -1), jnp.moveaxis(u, 0, -1))
         if multipliers:
-            out = out + (f.derivatives(model, t, q, u)[2],)
+            out = out + (f._engine_derivatives(model, t, q, u)[2],)
         return out
 
     # Failures are detected per saved chunk (a non-finite state stays non-finite; the solver
@@ -270,7 +270,7 @@ def _integrate(model, t, q, u, batch, integrator, h, n_steps, save_every, multip
 
     def checked_step(carry, k):
         t, q, u, ok_all, first = carry
-        t1, q1, u1, ok = integrator.step_cf(model, t, q, u, h)
+        t1, q1, u1, ok = integrator._engine_step(model, t, q, u, h)
         good = ok & finite(q1, u1)
         first = jnp.where((first < 0) & ~good, k, first)
         return (t1, q1, u1, ok_all & ok, first), None
@@ -318,7 +318,7 @@ def _integrate(model, t, q, u, batch, integrator, h, n_steps, save_every, multip
 
         def find(carry, k):
             t, q, u, first_bad = carry
-            t, q, u, ok = integrator.step_cf(model, t, q, u, h)
+            t, q, u, ok = integrator._engine_step(model, t, q, u, h)
             bad = ~(finite(q, u) & ok)
             first_bad = jnp.where((first_bad < 0) & bad, k, first_bad)
             return (t, q, u, first_bad), None

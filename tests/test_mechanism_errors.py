@@ -31,7 +31,7 @@ def state(q=Q0):
 
 def residual_max(model, states):
     t, q, u = to_components(states)
-    terms = joint_terms(model, model.formulation.kinematics, t, q, u, jacobian=False)
+    terms = joint_terms(model, model.formulation._engine_kinematics, t, q, u, jacobian=False)
     return max(float(jnp.max(jnp.abs(c))) for c in terms.c), max(
         float(jnp.max(jnp.abs(c))) for c in terms.cdot
     )

@@ -61,7 +61,9 @@ def test_frame_route_equals_generic_route(formulation, subset, monkeypatch):
     model = _all_joint_types_model(
         rbjax.ScalableDAE() if formulation is None else formulation, subset
     )
-    kin = (lambda q, x: x) if formulation is None else formulation.kinematics  # (r, p) route
+    kin = (
+        (lambda q, x: x) if formulation is None else formulation._engine_kinematics
+    )  # (r, p) route
     k1, k2 = jax.random.split(jax.random.PRNGKey(3))
     B = 4
     q = jax.random.normal(k1, (7, B, 3))  # non-unit quaternions: scalable transforms
