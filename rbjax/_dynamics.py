@@ -89,7 +89,8 @@ def _natural_kinematics(formulation, q, u):
 
 def _natural_derivatives(formulation, model, t, state: State):
     """``derivatives`` of a built-in formulation: its engine kernel on the state."""
-    tc, q, u = to_components(State(t=jnp.asarray(t, state.q.dtype), q=state.q, u=state.u))
+    t = jnp.broadcast_to(jnp.asarray(t, state.q.dtype), state.q.shape[:-2])
+    tc, q, u = to_components(State(t=t, q=state.q, u=state.u))
     qdot, udot, lam = formulation._engine_derivatives(model, tc, q, u)
     return jnp.moveaxis(qdot, 0, -1), jnp.moveaxis(udot, 0, -1), lam
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from ._engine import kernels as _cf
 
@@ -176,7 +176,7 @@ def _B_cf(p, s):
 # --------------------------------------------------------------------------- §2 algebra
 
 
-def mul(a: Float[Array, "... 4"], b: Float[Array, "... 4"]) -> Float[Array, "... 4"]:
+def mul(a: Float[ArrayLike, "... 4"], b: Float[ArrayLike, "... 4"]) -> Float[Array, "... 4"]:
     """Quaternion product AB = (a0 b0 - a^T b, a0 b + b0 a + ã b) (seed 000, eq. (5)).
 
     Shapes ``(..., 4)`` x ``(..., 4)`` -> broadcast ``(..., 4)``. Not commutative.
@@ -184,17 +184,17 @@ def mul(a: Float[Array, "... 4"], b: Float[Array, "... 4"]) -> Float[Array, "...
     return _cf_out(_cf.qmul(_cf_in(a), _cf_in(b)))
 
 
-def conjugate(a: Float[Array, "... 4"]) -> Float[Array, "... 4"]:
+def conjugate(a: Float[ArrayLike, "... 4"]) -> Float[Array, "... 4"]:
     """A* = (a0, -a) (seed 000, eq. (2)). ``(..., 4) -> (..., 4)``."""
     return _cf_out(_cf.qconj(_cf_in(a)))
 
 
-def norm2(a: Float[Array, "... 4"]) -> Float[Array, "..."]:
+def norm2(a: Float[ArrayLike, "... 4"]) -> Float[Array, "..."]:
     """|A|^2 = a0^2 + a^T a (seed 000, eqs. (7)-(8)). ``(..., 4) -> (...)``."""
     return _cf.qnorm2(_cf_in(a))
 
 
-def norm(a: Float[Array, "... 4"]) -> Float[Array, "..."]:
+def norm(a: Float[ArrayLike, "... 4"]) -> Float[Array, "..."]:
     """|A| = sqrt(a0^2 + a^T a) (seed 000, eq. (7)). ``(..., 4) -> (...)``.
 
     Uses a safe square root: at A = 0 the value is 0 and the gradient is 0 (finite).
@@ -202,13 +202,13 @@ def norm(a: Float[Array, "... 4"]) -> Float[Array, "..."]:
     return _safe_sqrt(norm2(a))
 
 
-def inverse(a: Float[Array, "... 4"]) -> Float[Array, "... 4"]:
+def inverse(a: Float[ArrayLike, "... 4"]) -> Float[Array, "... 4"]:
     """A^{-1} = A* / |A|^2 for A != 0 (seed 000, eq. (9)). ``(..., 4) -> (..., 4)``."""
     q = _cf_in(a)
     return _cf_out(_cf.qconj(q) / _cf.qnorm2(q))
 
 
-def phi(a: Float[Array, "... 4"]) -> Float[Array, "... 4 4"]:
+def phi(a: Float[ArrayLike, "... 4"]) -> Float[Array, "... 4 4"]:
     """Left-multiplication matrix phi(A) = [[a0, -a^T], [a, a0 I + ã]] (seed 000, eq. (10)).
 
     psi(AB) = phi(A) psi(B) (eq. (15)); phi(A*) = phi(A)^T (eq. (11));
@@ -218,7 +218,7 @@ def phi(a: Float[Array, "... 4"]) -> Float[Array, "... 4 4"]:
     return _mat_out(_phi_cf(_cf_in(a)))
 
 
-def phi_right(a: Float[Array, "... 4"]) -> Float[Array, "... 4 4"]:
+def phi_right(a: Float[ArrayLike, "... 4"]) -> Float[Array, "... 4 4"]:
     """Right-multiplication matrix [[a0, -a^T], [a, a0 I - ã]]: psi(BA) = phi_right(A) psi(B).
 
     The counterpart of phi (seed 000, eqs. (10), (15)); only the sign of the skew block
@@ -238,7 +238,7 @@ when this module was imported); cast it, e.g. ``jnp.asarray(T_MATRIX, q.dtype)``
 T_MATRIX.flags.writeable = False
 
 
-def psi(a: Float[Array, "... 4"]) -> Float[Array, "... 4"]:
+def psi(a: Float[ArrayLike, "... 4"]) -> Float[Array, "... 4"]:
     """psi(A) = (a0, a) in R^4 (seed 000, eq. (14)).
 
     Because quaternions are already stored as ``(..., 4)`` arrays, psi is the identity on
@@ -253,7 +253,7 @@ def identity(dtype=None) -> Float[Array, "4"]:
     return jnp.asarray([1.0, 0.0, 0.0, 0.0], dtype=dtype)
 
 
-def skew(x: Float[Array, "... 3"]) -> Float[Array, "... 3 3"]:
+def skew(x: Float[ArrayLike, "... 3"]) -> Float[Array, "... 3 3"]:
     """Cross-product matrix x̃ = [[0, -x3, x2], [x3, 0, -x1], [-x2, x1, 0]], x̃ y = x × y.
 
     (seed 000, below eq. (5)). ``(..., 3) -> (..., 3, 3)``.
@@ -264,12 +264,12 @@ def skew(x: Float[Array, "... 3"]) -> Float[Array, "... 3 3"]:
 # --------------------------------------------------------------------- §3 rotation, scaling
 
 
-def scale(a: Float[Array, "... 4"]) -> Float[Array, "..."]:
+def scale(a: Float[ArrayLike, "... 4"]) -> Float[Array, "..."]:
     """Scaling factor s = |A|^2 (seed 000, eq. (23)). ``(..., 4) -> (...)``."""
     return norm2(a)
 
 
-def rotation_matrix(a: Float[Array, "... 4"]) -> Float[Array, "... 3 3"]:
+def rotation_matrix(a: Float[ArrayLike, "... 4"]) -> Float[Array, "... 3 3"]:
     """Pure rotation R of A, valid for any A != 0 (seed 000, eq. (23)).
 
     R = (a  a0 I + ã)(a^T ; a0 I + ã) / |A|^2
@@ -280,13 +280,13 @@ def rotation_matrix(a: Float[Array, "... 4"]) -> Float[Array, "... 3 3"]:
     return _mat_out(_cf.transform_matrix(q) / _cf.qnorm2(q))
 
 
-def to_matrix(a: Float[Array, "... 4"]) -> Float[Array, "... 3 3"]:
+def to_matrix(a: Float[ArrayLike, "... 4"]) -> Float[Array, "... 3 3"]:
     """Alias of :func:`rotation_matrix` (seed 000, eq. (23)): R(A), for any A != 0."""
     return rotation_matrix(a)
 
 
 def rotation_and_scale(
-    a: Float[Array, "... 4"],
+    a: Float[ArrayLike, "... 4"],
 ) -> tuple[Float[Array, "... 3 3"], Float[Array, "..."]]:
     """(R, s) with A (0, x) A* = (0, s R x) (seed 000, eqs. (23), (27)).
 
@@ -297,7 +297,7 @@ def rotation_and_scale(
     return _mat_out(_cf.transform_matrix(q) / s), s
 
 
-def transform(a: Float[Array, "... 4"], x: Float[Array, "... 3"]) -> Float[Array, "... 3"]:
+def transform(a: Float[ArrayLike, "... 4"], x: Float[ArrayLike, "... 3"]) -> Float[Array, "... 3"]:
     """y = s R x, the imaginary part of A (0, x) A* (seed 000, eqs. (18), (24), (27)).
 
     Rotates AND scales x by s = |A|^2. ``(..., 4), (..., 3) -> (..., 3)``.
@@ -306,7 +306,7 @@ def transform(a: Float[Array, "... 4"], x: Float[Array, "... 3"]) -> Float[Array
     return _cf_out(_cf.transform(_cf_in(a), _cf_in(x)))
 
 
-def rotate(a: Float[Array, "... 4"], x: Float[Array, "... 3"]) -> Float[Array, "... 3"]:
+def rotate(a: Float[ArrayLike, "... 4"], x: Float[ArrayLike, "... 3"]) -> Float[Array, "... 3"]:
     """R x: the pure rotation of A applied to x, for any A != 0 (seed 000, eqs. (23)-(24)).
 
     ``(..., 4), (..., 3) -> (..., 3)``.
@@ -315,7 +315,9 @@ def rotate(a: Float[Array, "... 4"], x: Float[Array, "... 3"]) -> Float[Array, "
     return _cf_out(_cf.rotate(_cf_in(a), _cf_in(x)))
 
 
-def rotate_inverse(a: Float[Array, "... 4"], x: Float[Array, "... 3"]) -> Float[Array, "... 3"]:
+def rotate_inverse(
+    a: Float[ArrayLike, "... 4"], x: Float[ArrayLike, "... 3"]
+) -> Float[Array, "... 3"]:
     """R^T x (inverse rotation, eqs. (23), (25)); equals the imaginary part of A*(0,x)A / s.
 
     ``(..., 4), (..., 3) -> (..., 3)``.
@@ -325,9 +327,9 @@ def rotate_inverse(a: Float[Array, "... 4"], x: Float[Array, "... 3"]) -> Float[
 
 
 def from_axis_angle(
-    axis: Float[Array, "... 3"],
-    angle: Float[Array, "..."] | float,
-    scale: Float[Array, "..."] | float = 1.0,
+    axis: Float[ArrayLike, "... 3"],
+    angle: Float[ArrayLike, "..."] | float,
+    scale: Float[ArrayLike, "..."] | float = 1.0,
 ) -> Float[Array, "... 4"]:
     """A = (sqrt(s) cos(phi/2), n sqrt(s) sin(phi/2)) (seed 000, eq. (30), the + sign).
 
@@ -348,7 +350,9 @@ def from_axis_angle(
     return _cf_out(_cf.stack(c, sn * v[0], sn * v[1], sn * v[2]))
 
 
-def to_axis_angle(a: Float[Array, "... 4"]) -> tuple[Float[Array, "... 3"], Float[Array, "..."]]:
+def to_axis_angle(
+    a: Float[ArrayLike, "... 4"],
+) -> tuple[Float[Array, "... 3"], Float[Array, "..."]]:
     """Unit axis n and angle phi in [0, pi] with A = ±sqrt(s)(cos(phi/2), n sin(phi/2)).
 
     Inverse of eq. (30) (seed 000): the sign of A is chosen so that a0 >= 0 (by the sign
@@ -376,7 +380,7 @@ def to_axis_angle(a: Float[Array, "... 4"]) -> tuple[Float[Array, "... 3"], Floa
     return _cf_out(axis), angle
 
 
-def from_matrix(R: Float[Array, "... 3 3"]) -> Float[Array, "... 4"]:
+def from_matrix(R: Float[ArrayLike, "... 3 3"]) -> Float[Array, "... 4"]:
     """Unit quaternion A with rotation_matrix(A) = R, robust at every angle incl. 180°.
 
     Shepperd's / Markley's method (the inverse of seed 000, eqs. (23), (28)-(30)): with
@@ -420,7 +424,7 @@ def from_matrix(R: Float[Array, "... 3 3"]) -> Float[Array, "... 4"]:
 # -------------------------------------------------------------------- exp / log / slerp
 
 
-def exp(v: Float[Array, "... 3"]) -> Float[Array, "... 4"]:
+def exp(v: Float[ArrayLike, "... 3"]) -> Float[Array, "... 4"]:
     """Quaternion exponential of the pure quaternion (0, v): (cos|v|, v sin|v| / |v|).
 
     The unit quaternion of a rotation by the angle 2|v| about v (seed 000, eq. (30) with
@@ -439,7 +443,7 @@ def exp(v: Float[Array, "... 3"]) -> Float[Array, "... 4"]:
     return _cf_out(_cf.stack(c, sinc * x[0], sinc * x[1], sinc * x[2]))
 
 
-def log(a: Float[Array, "... 4"]) -> Float[Array, "... 3"]:
+def log(a: Float[ArrayLike, "... 4"]) -> Float[Array, "... 3"]:
     """Logarithm of a unit quaternion as a 3-vector: log(A) = a atan2(|a|, a0) / |a|.
 
     Inverse of :func:`exp`. BRANCH: the shortest one -- A is first replaced by -A if
@@ -470,7 +474,7 @@ def log(a: Float[Array, "... 4"]) -> Float[Array, "... 3"]:
 
 
 def slerp(
-    a: Float[Array, "... 4"], b: Float[Array, "... 4"], t: Float[Array, "..."] | float
+    a: Float[ArrayLike, "... 4"], b: Float[ArrayLike, "... 4"], t: Float[ArrayLike, "..."] | float
 ) -> Float[Array, "... 4"]:
     """Spherical linear interpolation of unit quaternions along the SHORTEST path.
 
@@ -516,7 +520,7 @@ def slerp(
 # --------------------------------------------------------------- seed 004: E, G, A, B matrices
 
 
-def E(p: Float[Array, "... 4"]) -> Float[Array, "... 3 4"]:
+def E(p: Float[ArrayLike, "... 4"]) -> Float[Array, "... 3 4"]:
     """E(p) = [-e, ẽ + e0 I] for p = (e0, e) (seed 004). ``(..., 4) -> (..., 3, 4)``.
 
     Properties: E p = 0, E E^T = |p|^2 I, and E = (0 I) phi_right(p)^T.
@@ -524,7 +528,7 @@ def E(p: Float[Array, "... 4"]) -> Float[Array, "... 3 4"]:
     return _mat_out(_E_cf(_cf_in(p)))
 
 
-def G(p: Float[Array, "... 4"]) -> Float[Array, "... 3 4"]:
+def G(p: Float[ArrayLike, "... 4"]) -> Float[Array, "... 3 4"]:
     """G(p) = [-e, -ẽ + e0 I] for p = (e0, e) (seed 004). ``(..., 4) -> (..., 3, 4)``.
 
     Properties: G p = 0, G G^T = |p|^2 I, and G = (0 I) phi(p)^T.
@@ -532,7 +536,7 @@ def G(p: Float[Array, "... 4"]) -> Float[Array, "... 3 4"]:
     return _mat_out(_G_cf(_cf_in(p)))
 
 
-def A_matrix(p: Float[Array, "... 4"]) -> Float[Array, "... 3 3"]:
+def A_matrix(p: Float[ArrayLike, "... 4"]) -> Float[Array, "... 3 3"]:
     """A(p) = E(p) G(p)^T (seed 004) = s R (seed 000, eqs. (22)-(23)).
 
     For a unit p this is the rotation matrix; for a non-unit p it is the TRANSFORM matrix
@@ -542,7 +546,7 @@ def A_matrix(p: Float[Array, "... 4"]) -> Float[Array, "... 3 3"]:
     return _mat_out(_cf.transform_matrix(_cf_in(p)))
 
 
-def B(p: Float[Array, "... 4"], sbar: Float[Array, "... 3"]) -> Float[Array, "... 3 4"]:
+def B(p: Float[ArrayLike, "... 4"], sbar: Float[ArrayLike, "... 3"]) -> Float[Array, "... 3 4"]:
     """B(p, s̄) = ∂(A(p) s̄)/∂p = 2 [(e0 I + ẽ) s̄,  e s̄^T - (e0 I + ẽ) s̄̃] (seed 004).
 
     A(p) = E(p) G(p)^T is the transform matrix of :func:`A_matrix`; the formula is the exact
