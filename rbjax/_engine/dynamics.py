@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jaxtyping import Array, Float
 
 from .. import _quaternion as quat
 from .._forces import Resultants, total_resultants
@@ -36,7 +37,9 @@ def constrained(model, kin, t, q, u, a, lam_nu_free):
     return a + corr, jnp.concatenate([lam_n, lam_j], axis=-1)
 
 
-def scalable_kinematics(q, u):
+def scalable_kinematics(
+    q: Float[Array, "7 *batch nb"], u: Float[Array, "7 *batch nb"]
+) -> Float[Array, "7 *batch nb"]:
     qc, uc = cf.comps(q), cf.comps(u)
     return jnp.concatenate([cf.stack(*uc[0:3]), cf.kin_qdot(qc[3:7], uc[3], uc[4:7])], axis=0)
 
@@ -102,7 +105,12 @@ def normalisation_jacobian(model, q):
     return jnp.where(model.rigid, e, 0.0) + jnp.zeros_like(q)
 
 
-def scalable_dae_derivatives(model, t, q, u):
+def scalable_dae_derivatives(
+    model,
+    t: Float[Array, "*batch 1"],
+    q: Float[Array, "7 *batch nb"],
+    u: Float[Array, "7 *batch nb"],
+) -> tuple[Float[Array, "7 *batch nb"], Float[Array, "7 *batch nb"], Float[Array, "*batch k"]]:
     res = total_resultants(model, t, q, u)
     vdot, nudot, wdot = free_parts(model, res, q, u)
     qdot = scalable_kinematics(q, u)
@@ -121,7 +129,9 @@ def scalable_dae_derivatives(model, t, q, u):
     return qdot, jnp.concatenate([vdot, nudot[None], wdot], axis=0), lam
 
 
-def newton_euler_kinematics(q, u):
+def newton_euler_kinematics(
+    q: Float[Array, "7 *batch nb"], u: Float[Array, "7 *batch nb"]
+) -> Float[Array, "7 *batch nb"]:
     qc, uc = cf.comps(q), cf.comps(u)
     w = uc[4:7]
     return jnp.concatenate(
@@ -129,7 +139,12 @@ def newton_euler_kinematics(q, u):
     )
 
 
-def newton_euler_derivatives(model, t, q, u):
+def newton_euler_derivatives(
+    model,
+    t: Float[Array, "*batch 1"],
+    q: Float[Array, "7 *batch nb"],
+    u: Float[Array, "7 *batch nb"],
+) -> tuple[Float[Array, "7 *batch nb"], Float[Array, "7 *batch nb"], Float[Array, "*batch k"]]:
     res = total_resultants(model, t, q, u)
     th = inertia_components(model)
     w = cf.comps(u)[4:7]
@@ -147,7 +162,13 @@ def _us_E(p):
     return jnp.concatenate([p[..., None, :], quat.G(p)], axis=-2)
 
 
-def udwadia_schutte_derivatives(J0, model, t, q, u):
+def udwadia_schutte_derivatives(
+    J0,
+    model,
+    t: Float[Array, "*batch 1"],
+    q: Float[Array, "7 *batch nb"],
+    u: Float[Array, "7 *batch nb"],
+) -> tuple[Float[Array, "7 *batch nb"], Float[Array, "7 *batch nb"], Float[Array, "*batch k"]]:
     res = total_resultants(model, t, q, u)
     qdot = newton_euler_kinematics(q, u)
     p = jnp.moveaxis(q[3:7], 0, -1)

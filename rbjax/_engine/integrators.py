@@ -11,6 +11,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Bool, Float
 
 from .._assembly import _project_position, _project_velocity
 from .._forces import total_resultants
@@ -28,7 +29,18 @@ def _ok(t):
     return jnp.ones(t.shape[:-1], dtype=bool)
 
 
-def semi_implicit_euler_step(model, t, q, u, h):
+def semi_implicit_euler_step(
+    model,
+    t: Float[Array, "*batch 1"],
+    q: Float[Array, "7 *batch nb"],
+    u: Float[Array, "7 *batch nb"],
+    h: Float[Array, ""],
+) -> tuple[
+    Float[Array, "*batch 1"],
+    Float[Array, "7 *batch nb"],
+    Float[Array, "7 *batch nb"],
+    Bool[Array, "*batch"],
+]:
     """u⁺ = u + h u̇(t, q, u), q⁺ = q + h q̇(q, u⁺) (rbjax.SemiImplicitEuler)."""
     f = model.formulation
     _, udot, _ = f._engine_derivatives(model, t, q, u)
@@ -37,7 +49,19 @@ def semi_implicit_euler_step(model, t, q, u, h):
     return t + h, q1, u1, _ok(t)
 
 
-def explicit_rk_step(tab, model, t, q, u, h):
+def explicit_rk_step(
+    tab,
+    model,
+    t: Float[Array, "*batch 1"],
+    q: Float[Array, "7 *batch nb"],
+    u: Float[Array, "7 *batch nb"],
+    h: Float[Array, ""],
+) -> tuple[
+    Float[Array, "*batch 1"],
+    Float[Array, "7 *batch nb"],
+    Float[Array, "7 *batch nb"],
+    Bool[Array, "*batch"],
+]:
     """One step of the explicit Runge–Kutta method with Butcher tableau ``tab``."""
     if model.joints:
         return _explicit_rk_looped(tab, model, t, q, u, h)
@@ -170,7 +194,20 @@ def _midpoint_residual(model, t, q, u, h):
     return residual, guess, nbody
 
 
-def implicit_midpoint_step(model, t, q, u, h, tol, max_iters):
+def implicit_midpoint_step(
+    model,
+    t: Float[Array, "*batch 1"],
+    q: Float[Array, "7 *batch nb"],
+    u: Float[Array, "7 *batch nb"],
+    h: Float[Array, ""],
+    tol: float | None,
+    max_iters: int,
+) -> tuple[
+    Float[Array, "*batch 1"],
+    Float[Array, "7 *batch nb"],
+    Float[Array, "7 *batch nb"],
+    Bool[Array, "*batch"],
+]:
     """One step of the implicit midpoint rule (rbjax.ImplicitMidpoint): Newton on the midpoint
     residual, derivatives by the implicit function theorem."""
     residual, guess, k = _midpoint_residual(model, t, q, u, h)

@@ -9,16 +9,21 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jaxtyping import Array, Float
 
 from .._state import State
 
 
-def to_components(state: State):
+def to_components(
+    state: State,
+) -> tuple[Float[Array, "*batch 1"], Float[Array, "7 *batch nb"], Float[Array, "7 *batch nb"]]:
     """Natural State -> (t (*batch, 1), q (7, *batch, nb), u (7, *batch, nb))."""
     return state.t[..., None], jnp.moveaxis(state.q, -1, 0), jnp.moveaxis(state.u, -1, 0)
 
 
-def from_components(t, q, u) -> State:
+def from_components(
+    t: Float[Array, "*batch 1"], q: Float[Array, "7 *batch nb"], u: Float[Array, "7 *batch nb"]
+) -> State:
     """Inverse of :func:`to_components`."""
     return State(t=t[..., 0], q=jnp.moveaxis(q, 0, -1), u=jnp.moveaxis(u, 0, -1))
 
