@@ -69,7 +69,7 @@ def run(formulation, integrator, dt, n_steps, save_every):
     wall = time.perf_counter() - t0
     energy = np.asarray(rbjax.total_energy(model, traj.states))
     momentum = np.asarray(rbjax.angular_momentum(model, traj.states))
-    lam_closed = np.asarray(rbjax.scaling_force_closed_form(model, traj.states))
+    lam_closed = np.asarray(rbjax.advanced.scaling_force_closed_form(model, traj.states))
     return {
         "t": np.asarray(traj.t),
         "omega": np.asarray(traj.u[:, 0, 4:7]),

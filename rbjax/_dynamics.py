@@ -30,8 +30,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from . import _quaternion as quat
-from ._engine import dynamics as dyn
-from ._engine import kernels as cf
+from ._engine import dynamics as dyn, kernels as cf
 from ._engine.layout import inertia_components, per_system, to_components
 from ._engine.mass import half_trace, mvec
 from ._forces import total_resultants

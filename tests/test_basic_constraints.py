@@ -33,11 +33,11 @@ import numpy as np
 import pytest
 from conftest import assert_close
 
-from rbjax._constraints import (
+from rbjax import GROUND
+from rbjax.advanced import (
     CD,
     DP1,
     DP2,
-    GROUND,
     D,
     constraint_gamma,
     constraint_jacobian,

@@ -437,7 +437,9 @@ def test_scaling_multiplier_equals_eq96_along_trajectory(loaded_dae):
     p = LOADED
     lam = np.asarray(loaded_dae.lam[:, 0])
     _, q, u = traj_np(loaded_dae)
-    lam_cf = np.asarray(rbjax.scaling_force_closed_form(loaded_model(), loaded_dae.states))[:, 0]
+    lam_cf = np.asarray(
+        rbjax.advanced.scaling_force_closed_form(loaded_model(), loaded_dae.states)
+    )[:, 0]
     R = rotmat(q[:, 3:7])
     w = u[:, 4:7]
     S_C = np.einsum("j,tij,i->t", p["rho"], R, p["f"])  # ϱᵀ Rᵀ f
@@ -609,8 +611,8 @@ def test_mass_matrix_kinetic_energy_and_velocity_transform():
     Qinv = np.zeros((7, 7))
     Qinv[:3, :3] = np.eye(3)
     Qinv[3:, 3:] = phi_left(a) / (2.0 * s)
-    Q_rb = np.asarray(rbjax.velocity_transform(jnp.asarray(q)))
-    Qinv_rb = np.asarray(rbjax.velocity_transform_inverse(jnp.asarray(q)))
+    Q_rb = np.asarray(rbjax.advanced.velocity_transform(jnp.asarray(q)))
+    Qinv_rb = np.asarray(rbjax.advanced.velocity_transform_inverse(jnp.asarray(q)))
     assert_close(Q_rb, Q, atol=1e-14)
     assert_close(Qinv_rb, Qinv, atol=1e-14)
     assert_close(Q_rb @ Qinv_rb, np.eye(7), atol=1e-14)
@@ -624,8 +626,8 @@ def test_mass_matrix_kinetic_energy_and_velocity_transform():
         -1,
     )
     prod = np.asarray(
-        rbjax.velocity_transform(jnp.asarray(qs))
-        @ rbjax.velocity_transform_inverse(jnp.asarray(qs))
+        rbjax.advanced.velocity_transform(jnp.asarray(qs))
+        @ rbjax.advanced.velocity_transform_inverse(jnp.asarray(qs))
     )
     assert_close(prod, np.broadcast_to(np.eye(7), (5, 7, 7)), atol=1e-12)
 
@@ -640,7 +642,7 @@ def test_mass_matrix_kinetic_energy_and_velocity_transform():
     M[:3, :3] = m * np.eye(3)
     M[3, 3] = 0.5 * np.trace(th)
     M[4:, 4:] = th
-    assert_close(np.asarray(rbjax.mass_matrix(model))[0], M, rtol=1e-14, atol=1e-14)
+    assert_close(np.asarray(rbjax.advanced.mass_matrix(model))[0], M, rtol=1e-14, atol=1e-14)
     R = rotmat(a)
     M_cloud = np.zeros((7, 7))
     for mk, rk in zip(mi, rho, strict=True):
@@ -676,5 +678,5 @@ def test_mass_matrix_kinetic_energy_and_velocity_transform():
     T_rb = float(rbjax.kinetic_energy(model, state))
     assert_close(T_quad, T_cloud, rtol=1e-11)
     assert_close(T_rb, T_cloud, rtol=1e-11)
-    T_rbQ = 0.5 * qdot @ Q_rb.T @ np.asarray(rbjax.mass_matrix(model))[0] @ Q_rb @ qdot
+    T_rbQ = 0.5 * qdot @ Q_rb.T @ np.asarray(rbjax.advanced.mass_matrix(model))[0] @ Q_rb @ qdot
     assert_close(T_rb, T_rbQ, rtol=1e-13)

@@ -161,13 +161,13 @@ class Heun(rbjax.AbstractIntegrator):
         )
 
 
-HEUN = rbjax.ButcherTableau(a=((), (1.0,)), b=(0.5, 0.5), c=(0.0, 1.0), order=2)
+HEUN = rbjax.advanced.ButcherTableau(a=((), (1.0,)), b=(0.5, 0.5), c=(0.0, 1.0), order=2)
 
 
 def test_user_integrator_matches_explicit_rk_with_its_tableau():
     model, state = _double_pendulum(_builtin)
     mine = rbjax.rollout(model, state, 1e-3, 200, integrator=Heun())
-    ref = rbjax.rollout(model, state, 1e-3, 200, integrator=rbjax.ExplicitRK(HEUN))
+    ref = rbjax.rollout(model, state, 1e-3, 200, integrator=rbjax.advanced.ExplicitRK(HEUN))
     assert_close(mine.q, ref.q, rtol=1e-12, atol=1e-13)
     assert isinstance(rbjax.RK4(), rbjax.RK4) and rbjax.RK4().order == 4
     # batched, and under jax.jvp
@@ -181,7 +181,9 @@ def test_user_integrator_matches_explicit_rk_with_its_tableau():
 
     def final_ref(g):
         m = eqx.tree_at(lambda m: m.gravity, model, jnp.array([0.0, -g, 0.0]))
-        return rbjax.rollout(m, state, 1e-3, 50, integrator=rbjax.ExplicitRK(HEUN)).q[-1, 1, 0]
+        return rbjax.rollout(m, state, 1e-3, 50, integrator=rbjax.advanced.ExplicitRK(HEUN)).q[
+            -1, 1, 0
+        ]
 
     assert_close(jax.jvp(final, (9.81,), (1.0,))[1], jax.jvp(final_ref, (9.81,), (1.0,))[1])
 

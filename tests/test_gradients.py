@@ -295,7 +295,7 @@ def _slider_crank_loss():
         bodies, joints=joints, gravity=SC.GRAVITY, forces=[rbjax.BodyTorque(0, [0, 0, SC.TORQUE])]
     )
     unit = _slider_crank_velocity(SC.TH0)
-    w = rbjax.jacobian_matrix(base, st0)  # velocity equations W u = 0 (scleronomic)
+    w = rbjax.advanced.jacobian_matrix(base, st0)  # velocity equations W u = 0 (scleronomic)
     resid = w @ np.concatenate([unit[:, [0, 1, 2, 4, 5, 6]]], axis=None).reshape(-1)
     assert np.max(np.abs(resid)) < 1e-12, resid
 

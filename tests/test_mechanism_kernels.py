@@ -38,10 +38,10 @@ def _all_joint_types_model(formulation, subset=None):
         rbjax.Distance(0, 2, length=0.7, s_i=[0.1, 0, 0]),
         rbjax.RotationDriver.at(q0, G, 0, point=[0, 0, 0], axis=[0, 0, 1], f=lambda t: 0.3 + t),
         rbjax.TranslationDriver.at(q0, G, 2, point=[1, 0, 0.3], axis=[1, 0, 0], f=jnp.sin),
-        rbjax.DP1(0, [1.0, 0, 0], 1, [0, 1.0, 0], f=lambda t: 0.1 * t),
-        rbjax.DP2(G, [0, 0, 1.0], [0.1, 0, 0], 2, [0, 0.2, 0]),
-        rbjax.D(1, [0.1, 0, 0], 2, [0, 0, 0.1], f=lambda t: 0.5 + t * t),
-        rbjax.CD([0.0, 1.0, 0.0], 0, [0.1, 0, 0], G, [0, 0, 0]),
+        rbjax.advanced.DP1(0, [1.0, 0, 0], 1, [0, 1.0, 0], f=lambda t: 0.1 * t),
+        rbjax.advanced.DP2(G, [0, 0, 1.0], [0.1, 0, 0], 2, [0, 0.2, 0]),
+        rbjax.advanced.D(1, [0.1, 0, 0], 2, [0, 0, 0.1], f=lambda t: 0.5 + t * t),
+        rbjax.advanced.CD([0.0, 1.0, 0.0], 0, [0.1, 0, 0], G, [0, 0, 0]),
     ]
     if subset is not None:
         joints = [joints[k] for k in subset]

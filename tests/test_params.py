@@ -14,8 +14,7 @@ import numpy as np
 import optax
 import pytest
 from conftest import assert_close
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 import rbjax
 from rbjax._params import LogCholeskyInertia, Positive, PrincipalInertia

@@ -13,8 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import assert_close
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from jax.test_util import check_grads
 from scipy.spatial.transform import Rotation
 
@@ -765,7 +764,7 @@ def test_public_names():
     public = {
         n for n in dir(_quaternion) if not n.startswith("_") and callable(getattr(_quaternion, n))
     }
-    public -= {"annotations", "Array", "Float"}
+    public -= {"annotations", "Array", "ArrayLike", "Float"}
     public = {
         n
         for n in public

@@ -23,8 +23,8 @@ B = len(OMEGAS)
 INTEGRATORS = {
     "SemiImplicitEuler": rbjax.SemiImplicitEuler,
     "RK4": rbjax.RK4,
-    "Heun": lambda: rbjax.ExplicitRK(
-        rbjax.ButcherTableau(a=((), (1.0,)), b=(0.5, 0.5), c=(0.0, 1.0), order=2)
+    "Heun": lambda: rbjax.advanced.ExplicitRK(
+        rbjax.advanced.ButcherTableau(a=((), (1.0,)), b=(0.5, 0.5), c=(0.0, 1.0), order=2)
     ),
     "ImplicitMidpoint": rbjax.ImplicitMidpoint,
 }

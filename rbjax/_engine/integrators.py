@@ -15,14 +15,15 @@ from jaxtyping import Array, Bool, Float
 
 from .._assembly import _project_position, _project_velocity
 from .._forces import total_resultants
-from . import dynamics as dyn
-from . import kernels as cf
+from . import dynamics as dyn, kernels as cf
 from .joints import joint_force_correction, joint_terms
 from .mass import minv
-from .newton import batch_jacobian as _jacobian
-from .newton import batched_solve as _batched_solve
-from .newton import flatten as _flatten
-from .newton import unflatten as _unflatten
+from .newton import (
+    batch_jacobian as _jacobian,
+    batched_solve as _batched_solve,
+    flatten as _flatten,
+    unflatten as _unflatten,
+)
 
 
 def _ok(t):

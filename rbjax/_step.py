@@ -1,0 +1,17 @@
+"""One pure step of the equations of motion, ``step(model, state, dt) -> state``."""
+
+from ._integrators import RK4, AbstractIntegrator
+from ._model import Model
+from ._state import State
+
+
+def step(model: Model, state: State, dt, integrator: AbstractIntegrator | None = None) -> State:
+    """One pure step ``(model, state, dt) -> state`` with ``integrator`` (default RK4); same
+    pytree structure, shapes and dtypes out as in."""
+    integrator = RK4() if integrator is None else integrator
+    if not isinstance(integrator, AbstractIntegrator):
+        raise ValueError(
+            f"integrator = {integrator!r} is not an rbjax integrator. Fix: use RK4(), "
+            "SemiImplicitEuler(), ImplicitMidpoint() or Projected(...)."
+        )
+    return integrator.step(model, state, dt)
