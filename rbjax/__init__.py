@@ -36,6 +36,7 @@ from ._forces import (
     PointForce as PointForce,
     RotationalSpringDamper as RotationalSpringDamper,
     TranslationalSpringDamper as TranslationalSpringDamper,
+    Wrench as Wrench,
 )
 from ._gradhealth import GradientHealth as GradientHealth, gradient_health as gradient_health
 from ._identify import (

@@ -31,9 +31,9 @@ from jaxtyping import Array, Float
 
 from . import _quaternion as quat
 from ._engine import dynamics as dyn, kernels as cf
+from ._engine.forces import total_resultants
 from ._engine.layout import inertia_components, per_system, to_components
 from ._engine.mass import half_trace, mvec
-from ._forces import total_resultants
 from ._state import State
 
 # ------------------------------------------------------------------------ formulations

@@ -1,10 +1,11 @@
-"""Applied forces as resultants (F, S_C, M_C) per body (seed 000, eqs. (75)-(76)).
+"""Applied forces as a wrench per body: (F, S_C, M_C) (seed 000, eqs. (75)-(76)).
 
-Every force reduces to three resultants for each body i:
+Every force reduces to three resultants for each body i, a :class:`Wrench`:
 
-* ``F``   -- resultant force, world frame [N];
-* ``S_C`` -- resultant scaling force S_C = ∫ ϱᵀ Rᵀ dF (scalar) [N m];
-* ``M_C`` -- resultant moment about the centre of mass, body frame, M_C = ∫ ϱ̃ Rᵀ dF [N m].
+* ``force_world`` F -- resultant force, world frame [N];
+* ``scaling`` S_C -- resultant scaling force S_C = ∫ ϱᵀ Rᵀ dF (scalar) [N m];
+* ``moment_body`` M_C -- resultant moment about the centre of mass, body frame,
+  M_C = ∫ ϱ̃ Rᵀ dF [N m].
 
 They enter the equations of motion in generalized velocities directly (seed 000, eq. (92)).
 All forces are differentiable in their parameters. Concrete forces are final classes; write a
@@ -26,47 +27,88 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ._constraints import GROUND, _vec, point
-from ._engine import kernels as cf
-from ._engine.layout import system_vector
+from . import _quaternion as quat
+from ._constraints import GROUND, _vec
+from ._engine import forces as kernels
 from ._errors import check_finite, check_shape, fail, is_concrete
 from ._joints import _perpendicular, _rot_np, _unit
 from ._state import State
 
 
-class Resultants(eqx.Module):
-    """Per-body resultants in component-first layout: F (3, ..., nb), S (..., nb), M (3, ..., nb)."""
+class Wrench(eqx.Module):
+    """The resultants of a force on every body of ONE system (seed 000, eq. (75)):
+    ``force_world`` (nb, 3) [N], ``scaling`` S_C (nb,) [N m], ``moment_body`` M_C (nb, 3) [N m]
+    about each centre of mass in body axes. :meth:`zeros` and :meth:`add_point_force` /
+    :meth:`add` build one body at a time."""
 
-    F: Array
-    S: Array
-    M: Array
+    force_world: Float[Array, "*batch nb 3"]
+    scaling: Float[Array, "*batch nb"]
+    moment_body: Float[Array, "*batch nb 3"]
 
-    def __add__(self, other: Resultants) -> Resultants:
-        return Resultants(self.F + other.F, self.S + other.S, self.M + other.M)
+    @classmethod
+    def zeros(cls, nb: int, dtype=None) -> Wrench:
+        """No force on any of ``nb`` bodies."""
+        dtype = jnp.result_type(float) if dtype is None else dtype
+        return cls(jnp.zeros((nb, 3), dtype), jnp.zeros((nb,), dtype), jnp.zeros((nb, 3), dtype))
+
+    def add(self, body: int, *, force_world=None, scaling=None, moment_body=None) -> Wrench:
+        """This wrench plus the given resultants on ``body``."""
+        f, s, m = self.force_world, self.scaling, self.moment_body
+        if force_world is not None:
+            f = f.at[body].add(jnp.asarray(force_world, f.dtype))
+        if scaling is not None:
+            s = s.at[body].add(jnp.asarray(scaling, s.dtype))
+        if moment_body is not None:
+            m = m.at[body].add(jnp.asarray(moment_body, m.dtype))
+        return Wrench(f, s, m)
+
+    def add_point_force(self, body: int, attitude, point_body, force_world) -> Wrench:
+        """Add the world force f acting at the material point ϱ (body axes, from the centre of
+        mass) of ``body`` with quaternion ``attitude`` (seed 000, eq. (75)):
+        F = f,  S_C = ϱᵀ Rᵀ f,  M_C = ϱ × Rᵀ f."""
+        force_body = quat.rotate_inverse(attitude, force_world)
+        return self.add(
+            body,
+            force_world=force_world,
+            scaling=jnp.dot(point_body, force_body),
+            moment_body=jnp.cross(point_body, force_body),
+        )
+
+    def add_couple(self, body: int, attitude, torque_world) -> Wrench:
+        """Add a pure couple τ (world frame) on ``body``: F = 0, S_C = 0, M_C = Rᵀ τ / s, with
+        s = |A|² (1 for a rigid body); the 1/s makes M_C conjugate to ω, the body angular
+        velocity scaled by s (seed 000, eq. (49))."""
+        moment_body = quat.rotate_inverse(attitude, torque_world) / quat.norm2(attitude)
+        return self.add(body, moment_body=moment_body)
+
+    def __add__(self, other: Wrench) -> Wrench:
+        return Wrench(
+            self.force_world + other.force_world,
+            self.scaling + other.scaling,
+            self.moment_body + other.moment_body,
+        )
 
 
 class AbstractForce(eqx.Module):
-    """Interface: ``resultants(model, t, q, u)`` with component-first q, u of shape (7, ..., nb)."""
+    """An applied force. To write one, subclass this and implement :meth:`wrench` for ONE
+    system in the natural layout; :meth:`bodies` names the bodies it acts on (checked by
+    :class:`rbjax.Model`). Rollouts evaluate it over batches with ``jax.vmap``. Concrete forces
+    are final; the built-ins replace that adapter by the engine's batched kernels (a private
+    fast path, ``_engine_resultants``, rbjax/_engine/forces.py)."""
 
     @abc.abstractmethod
-    def resultants(self, model, t, q, u) -> Resultants:
-        """Per-body resultants (F, S_C, M_C) of this force at (t, q, u), component-first."""
+    def wrench(self, model, t, state: State) -> Wrench:
+        """The force's :class:`Wrench` on every body at time ``t`` (scalar) and ``state``
+        (``state.q``, ``state.u`` of shape (nb, 7))."""
 
+    def bodies(self) -> tuple[int, ...]:
+        """The static indices of the bodies this force acts on (GROUND = −1 allowed for a
+        side of a two-body force); () when it may act on any body."""
+        return ()
 
-def _onehot(body: int, nb: int, dtype):
-    return jnp.zeros((nb,), dtype).at[body].set(1.0)
-
-
-def _at_point(p, rho, f, mask) -> Resultants:
-    """Resultants of the world force f at the body point ϱ of the body with quaternion p
-    (seed 000, eq. (75)): F = f, S_C = ϱᵀ Rᵀ f, M_C = ϱ × (Rᵀ f), each times the one-hot
-    ``mask`` over bodies. Component-first; p (4, ...), ϱ and f (3, ...)."""
-    f_body = cf.rotate_t(p, f)
-    return Resultants(
-        F=f * mask + jnp.zeros_like(f_body),
-        S=cf.dot3(rho, f_body) * mask,
-        M=cf.cross(rho, f_body) * mask,
-    )
+    def _engine_resultants(self, model, t, q, u) -> kernels.Resultants:
+        """The engine's resultants on its arrays. Default: :meth:`wrench` per system."""
+        return kernels.resultants_per_system(self, model, t, q, u)
 
 
 class PointForce(AbstractForce):
@@ -90,11 +132,18 @@ class PointForce(AbstractForce):
         self.point_body = jnp.asarray(point_body)
         self.force_world = jnp.asarray(force_world)
 
-    def resultants(self, model, t, q, u):
-        mask = _onehot(self.body, model.nb, q.dtype)
-        f = system_vector(self.force_world, q)
-        rho = system_vector(self.point_body, q)
-        return _at_point(q[3:7], rho, f, mask)
+    def bodies(self) -> tuple[int, ...]:
+        return (self.body,)
+
+    def wrench(self, model, t, state: State) -> Wrench:
+        dtype = state.q.dtype
+        attitude = state.q[self.body, 3:7]
+        return Wrench.zeros(model.nb, dtype).add_point_force(
+            self.body, attitude, self.point_body.astype(dtype), self.force_world.astype(dtype)
+        )
+
+    def _engine_resultants(self, model, t, q, u):
+        return kernels.point_force(self, model, t, q, u)
 
 
 class BodyTorque(AbstractForce):
@@ -109,18 +158,23 @@ class BodyTorque(AbstractForce):
         self.body = int(body)
         self.torque_body = jnp.asarray(torque_body)
 
-    def resultants(self, model, t, q, u):
-        mask = _onehot(self.body, model.nb, q.dtype)
-        tau = system_vector(self.torque_body, q)
-        zero3 = jnp.zeros_like(q[0:3])
-        return Resultants(F=zero3, S=jnp.zeros_like(q[0]), M=tau * mask + zero3)
+    def bodies(self) -> tuple[int, ...]:
+        return (self.body,)
+
+    def wrench(self, model, t, state: State) -> Wrench:
+        dtype = state.q.dtype
+        return Wrench.zeros(model.nb, dtype).add(self.body, moment_body=self.torque_body)
+
+    def _engine_resultants(self, model, t, q, u):
+        return kernels.body_torque(self, model, t, q, u)
 
 
 class ForceFunction(AbstractForce):
     """A user force law ``fn(t, state, params) -> (F, S_C, M_C)``.
 
     ``fn`` sees ONE system: ``state`` is an :class:`rbjax.State` with ``q``, ``u`` of shape
-    (nb, 7); it returns F (nb, 3) world frame, S_C (nb,) and M_C (nb, 3) body frame. ``params``
+    (nb, 7); it returns a :class:`Wrench` or the tuple (F (nb, 3) world frame, S_C (nb,),
+    M_C (nb, 3) body frame). ``params``
     is any pytree; its array leaves are differentiable. Batched rollouts apply ``jax.vmap``.
     Pass ``S_C = 0`` for a rigid body unless you model a scaling load.
     """
@@ -134,20 +188,12 @@ class ForceFunction(AbstractForce):
         self.fn = fn
         self.params = params
 
-    def resultants(self, model, t, q, u):
-        batch_shape = q.shape[1:-1]
-
-        def one(t1, q1, u1):
-            st = State(t=t1, q=q1.T, u=u1.T)
-            F, S, M = self.fn(t1, st, self.params)
-            return jnp.asarray(F).T, jnp.asarray(S), jnp.asarray(M).T
-
-        fn = one
-        t_b = jnp.broadcast_to(t[..., 0], batch_shape)
-        for _ in batch_shape:
-            fn = jax.vmap(fn, in_axes=(0, 1, 1), out_axes=(1, 0, 1))
-        F, S, M = fn(t_b, q, u)
-        return Resultants(F=F.astype(q.dtype), S=S.astype(q.dtype), M=M.astype(q.dtype))
+    def wrench(self, model, t, state: State) -> Wrench:
+        out = self.fn(t, state, self.params)
+        if isinstance(out, Wrench):
+            return out
+        force_world, scaling, moment_body = out
+        return Wrench(jnp.asarray(force_world), jnp.asarray(scaling), jnp.asarray(moment_body))
 
 
 # ------------------------------------------------------------- forces between two bodies
@@ -193,27 +239,6 @@ def _actuator(name: str, h):
             "(or an equinox Module with __call__ whose array fields are its parameters), or None."
         )
     return h
-
-
-def _body_state(q, u, b: int):
-    """(q_b, u_b) of body b ≠ GROUND as component-first (7, ..., 1) slices (b is static, so
-    this is a batched slice of the (7, ..., nb) arrays)."""
-    return q[..., b : b + 1], u[..., b : b + 1]
-
-
-def _pure_torque(p, tau, mask) -> Resultants:
-    """Resultants of a pure torque (couple) τ, world frame, on the body with quaternion p:
-    F = 0, S_C = 0, M_C = Rᵀ τ / s (s = |A|² = 1 for a rigid body: M_C = Rᵀ τ). The 1/s makes
-    M_C the force conjugate to ω, the body angular velocity scaled by s (seed 000, eq. (49))."""
-    m = cf.rotate_t(p, tau) / cf.qnorm2(p) * mask
-    return Resultants(F=jnp.zeros_like(m), S=jnp.zeros_like(m[0]), M=m)
-
-
-def _sum(parts: list[Resultants]) -> Resultants:
-    total = parts[0]
-    for r in parts[1:]:
-        total = total + r
-    return total
 
 
 class TranslationalSpringDamper(AbstractForce):
@@ -287,50 +312,63 @@ class TranslationalSpringDamper(AbstractForce):
             fail(f"{name}.rest_length", rest_length, "is negative", "give l0 >= 0 in m")
         self.actuator = _actuator(name, actuator)
 
-    def _point(self, model, q, u, b: int, s):
-        """(q_b, P, Ṗ) of the body point s̄ of body b: P = r + A s̄ and its velocity, the jvp of
-        P(q) along q̇ = kinematics(q, u). GROUND: the world point s̄ at rest (q_b = None)."""
-        s = system_vector(jnp.asarray(s, q.dtype), q)
-        if b == GROUND:
-            return None, s, jnp.zeros_like(s)
-        qb, ub = _body_state(q, u, b)
-        kin = model.formulation._engine_kinematics
-        p, v = jax.jvp(lambda x: point(x, s), (qb,), (kin(qb, ub),))
-        return qb, p, v
+    def bodies(self) -> tuple[int, ...]:
+        return (self.body_i, self.body_j)
 
-    def _geometry(self, model, q, u):
-        """(q_i, q_j, d, l, e, l̇) component-first; d, e (3, ..., 1), l, l̇ (..., 1)."""
-        qi, pi, vi = self._point(model, q, u, self.body_i, self.s_i)
-        qj, pj, vj = self._point(model, q, u, self.body_j, self.s_j)
-        d = pj - pi
-        l2 = cf.dot3(d, d)
-        # double where: the sqrt and the division never see l = 0, on either branch
+    def _point(self, model, state: State, b: int, s):
+        """(P, Ṗ) of the body point s̄ of body b: P = r + A s̄ (A s̄ = s R s̄) and its velocity,
+        the jvp of P(q) along q̇ = kinematics(q, u). GROUND: the world point s̄ at rest."""
+        s = jnp.asarray(s, state.q.dtype)
+        if b == GROUND:
+            return s, jnp.zeros_like(s)
+        q_b, u_b = state.q[b], state.u[b]
+
+        def position_world(q):
+            return q[0:3] + quat.transform(q[3:7], s)
+
+        q_dot = model.formulation.kinematics(q_b, u_b)
+        return jax.jvp(position_world, (q_b,), (q_dot,))
+
+    def _geometry(self, model, state: State):
+        """(d, l, e, l̇) of one system: separation d = P_j − P_i, length l, direction e and
+        rate l̇ (e = 0 where l = 0, by a double where)."""
+        p_i, v_i = self._point(model, state, self.body_i, self.s_i)
+        p_j, v_j = self._point(model, state, self.body_j, self.s_j)
+        d = p_j - p_i
+        l2 = jnp.dot(d, d)
         safe = l2 > 0.0
         l_safe = jnp.sqrt(jnp.where(safe, l2, 1.0))
-        l = jnp.where(safe, l_safe, 0.0)
-        e = d / l_safe  # = 0 where d = 0
-        return qi, qj, d, l, e, cf.dot3(e, vj - vi)
+        length = jnp.where(safe, l_safe, 0.0)
+        e = d / l_safe
+        return d, length, e, jnp.dot(e, v_j - v_i)
 
-    def length_and_rate(self, model, q, u):
-        """(l, l̇) [m, m/s] at component-first q, u (7, ..., nb); each of shape (...)."""
-        _, _, _, l, _, ldot = self._geometry(model, q, u)
-        return l[..., 0], ldot[..., 0]
+    def length_and_rate(self, model, state: State):
+        """(l, l̇) [m, m/s] at ``state`` (any leading batch axes)."""
 
-    def resultants(self, model, t, q, u):
-        qi, qj, d, l, e, ldot = self._geometry(model, q, u)
-        k = jnp.asarray(self.stiffness, q.dtype)
-        c = jnp.asarray(self.damping, q.dtype)
-        l0 = jnp.asarray(self.rest_length, q.dtype)
-        rest = c * ldot - k * l0
+        def one(st):
+            _, length, _, rate = self._geometry(model, st)
+            return length, rate
+
+        for _ in range(state.q.ndim - 2):
+            one = jax.vmap(one)
+        return one(state)
+
+    def wrench(self, model, t, state: State) -> Wrench:
+        dtype = state.q.dtype
+        d, length, e, rate = self._geometry(model, state)
+        k, c, l0 = (jnp.asarray(x, dtype) for x in (self.stiffness, self.damping, self.rest_length))
+        rest = c * rate - k * l0
         if self.actuator is not None:
-            rest = rest + self.actuator(t, l, ldot)
-        fe = k * d + rest * e  # f e with f = k (l − l0) + c l̇ + h, since k l e = k d
-        parts = []
-        for b, qb, s, f in ((self.body_i, qi, self.s_i, fe), (self.body_j, qj, self.s_j, -fe)):
-            if qb is not None:
-                rho = system_vector(jnp.asarray(s, q.dtype), q)
-                parts.append(_at_point(qb[3:7], rho, f, _onehot(b, model.nb, q.dtype)))
-        return _sum(parts)
+            rest = rest + self.actuator(t, length, rate)
+        pull = k * d + rest * e  # f e with f = k (l − l0) + c l̇ + h, since k l e = k d
+        out = Wrench.zeros(model.nb, dtype)
+        for b, s, f in ((self.body_i, self.s_i, pull), (self.body_j, self.s_j, -pull)):
+            if b != GROUND:
+                out = out.add_point_force(b, state.q[b, 3:7], jnp.asarray(s, dtype), f)
+        return out
+
+    def _engine_resultants(self, model, t, q, u):
+        return kernels.tsda(self, model, t, q, u)
 
 
 class RotationalSpringDamper(AbstractForce):
@@ -494,51 +532,51 @@ class RotationalSpringDamper(AbstractForce):
             **kwargs,
         )
 
-    def _geometry(self, q, u):
-        """(p_i, p_j, z, θ, θ̇) component-first; z (3, ..., 1), θ, θ̇ (..., 1); p = None for
-        GROUND."""
+    def bodies(self) -> tuple[int, ...]:
+        return (self.body_i, self.body_j)
 
-        def frame(b, *vectors):
-            """Quaternion, world vectors A x̄ and world angular velocity R ω / s of body b."""
-            vs = [system_vector(jnp.asarray(x, q.dtype), q) for x in vectors]
+    def _geometry(self, state: State):
+        """(z, θ, θ̇) of one system (world axis z, angle and rate)."""
+        dtype = state.q.dtype
+
+        def frame(b, *vectors_body):
+            """World vectors A x̄ and world angular velocity R ω / s of body b."""
+            vs = [jnp.asarray(x, dtype) for x in vectors_body]
             if b == GROUND:
-                return None, vs, jnp.zeros_like(vs[0])
-            qb, ub = _body_state(q, u, b)
-            p = qb[3:7]
-            return p, [cf.transform(p, x) for x in vs], cf.rotate(p, ub[4:7]) / cf.qnorm2(p)
+                return vs, jnp.zeros(3, dtype)
+            attitude, omega_body = state.q[b, 3:7], state.u[b, 4:7]
+            omega_world = quat.rotate(attitude, omega_body) / quat.norm2(attitude)
+            return [quat.transform(attitude, x) for x in vs], omega_world
 
-        pi, (z, xi), wi = frame(self.body_i, self.axis_i, self.ref_i)
-        pj, (xj,), wj = frame(self.body_j, self.ref_j)
-        z = z / jnp.sqrt(cf.dot3(z, z))
-        theta = jnp.arctan2(cf.dot3(z, cf.cross(xi, xj)), cf.dot3(xi, xj))
-        return pi, pj, z, theta, cf.dot3(z, wj - wi)
+        (z, x_i), omega_i = frame(self.body_i, self.axis_i, self.ref_i)
+        (x_j,), omega_j = frame(self.body_j, self.ref_j)
+        z = z / jnp.sqrt(jnp.dot(z, z))
+        theta = jnp.arctan2(jnp.dot(z, jnp.cross(x_i, x_j)), jnp.dot(x_i, x_j))
+        return z, theta, jnp.dot(z, omega_j - omega_i)
 
-    def angle_and_rate(self, model, q, u):
-        """(θ, θ̇) [rad, rad/s] at component-first q, u (7, ..., nb); each of shape (...)."""
-        _, _, _, theta, theta_dot = self._geometry(q, u)
-        return theta[..., 0], theta_dot[..., 0]
+    def angle_and_rate(self, model, state: State):
+        """(θ, θ̇) [rad, rad/s] at ``state`` (any leading batch axes)."""
 
-    def resultants(self, model, t, q, u):
-        pi, pj, z, theta, theta_dot = self._geometry(q, u)
-        k = jnp.asarray(self.stiffness, q.dtype)
-        c = jnp.asarray(self.damping, q.dtype)
-        th0 = jnp.asarray(self.rest_angle, q.dtype)
-        tau = -(k * (theta - th0) + c * theta_dot)
+        def one(st):
+            _, theta, rate = self._geometry(st)
+            return theta, rate
+
+        for _ in range(state.q.ndim - 2):
+            one = jax.vmap(one)
+        return one(state)
+
+    def wrench(self, model, t, state: State) -> Wrench:
+        dtype = state.q.dtype
+        z, theta, rate = self._geometry(state)
+        k, c, th0 = (jnp.asarray(x, dtype) for x in (self.stiffness, self.damping, self.rest_angle))
+        tau = -(k * (theta - th0) + c * rate)
         if self.actuator is not None:
-            tau = tau + self.actuator(t, theta, theta_dot)
-        torque = tau * z
-        parts = []
-        for b, p, tq in ((self.body_i, pi, -torque), (self.body_j, pj, torque)):
-            if p is not None:
-                parts.append(_pure_torque(p, tq, _onehot(b, model.nb, q.dtype)))
-        return _sum(parts)
+            tau = tau + self.actuator(t, theta, rate)
+        out = Wrench.zeros(model.nb, dtype)
+        for b, torque in ((self.body_i, -tau * z), (self.body_j, tau * z)):
+            if b != GROUND:
+                out = out.add_couple(b, state.q[b, 3:7], torque)
+        return out
 
-
-def total_resultants(model, t, q, u) -> Resultants:
-    """Sum of gravity (F = m g at the centre of mass: S_C = 0, M_C = 0) and all model forces."""
-    g = system_vector(model.gravity, q)
-    zero3 = jnp.zeros((3,) + q.shape[1:], q.dtype)
-    total = Resultants(F=model.mass * g + zero3, S=jnp.zeros(q.shape[1:], q.dtype), M=zero3)
-    for force in model.forces:
-        total = total + force.resultants(model, t, q, u)
-    return total
+    def _engine_resultants(self, model, t, q, u):
+        return kernels.rsda(self, model, t, q, u)

@@ -83,28 +83,25 @@ class Model(eqx.Module):
                     f"Model(forces[{i}]) = {f!r} is not an rbjax force. Fix: use PointForce, "
                     "BodyTorque, ForceFunction, TranslationalSpringDamper or RotationalSpringDamper."
                 )
-            body = getattr(f, "body", None)
-            if body is not None and not 0 <= body < len(bodies):
-                fail(
-                    f"forces[{i}].body",
-                    body,
-                    f"is not a body index in [0, {len(bodies)})",
-                    "index the bodies list of the Model",
-                )
-            # two-body forces (spring-dampers): each side a body or GROUND, not the same body
-            pair = (getattr(f, "body_i", None), getattr(f, "body_j", None))
-            for side, b in zip(("body_i", "body_j"), pair, strict=True):
-                if b is not None and not (b == GROUND or 0 <= b < len(bodies)):
+            acts_on = tuple(f.bodies())
+            sides = {1: ("body",), 2: ("body_i", "body_j")}.get(
+                len(acts_on), tuple(f"bodies()[{k}]" for k in range(len(acts_on)))
+            )
+            for side, b in zip(sides, acts_on, strict=True):
+                ground_ok = len(acts_on) > 1  # a side of a two-body force may be the world
+                if not ((ground_ok and b == GROUND) or 0 <= b < len(bodies)):
                     fail(
                         f"forces[{i}].{side}",
                         b,
-                        f"is not a body index in [0, {len(bodies)}) or rbjax.GROUND (-1)",
-                        "index the bodies list of the Model, or use rbjax.GROUND",
+                        f"is not a body index in [0, {len(bodies)})"
+                        + (" or rbjax.GROUND (-1)" if ground_ok else ""),
+                        "index the bodies list of the Model"
+                        + (", or use rbjax.GROUND" if ground_ok else ""),
                     )
-            if pair[0] is not None and pair[0] == pair[1]:
+            if len(acts_on) == 2 and acts_on[0] == acts_on[1]:
                 fail(
                     f"forces[{i}].body_j",
-                    pair[1],
+                    acts_on[1],
                     "equals body_i: the force connects a body to itself",
                     "connect two different bodies (or a body and rbjax.GROUND)",
                 )

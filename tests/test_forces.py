@@ -8,8 +8,8 @@ import numpy as np
 from conftest import assert_close
 
 import rbjax
+from rbjax._engine.forces import total_resultants
 from rbjax._engine.layout import to_components
-from rbjax._forces import total_resultants
 
 INERTIA = jnp.diag(jnp.array([1.0, 2.0, 3.0]))
 

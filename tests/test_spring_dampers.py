@@ -79,13 +79,18 @@ def qdot_scalable(q, u):
 
 
 def resultants(model, state):
-    """Total applied resultants (F (nb, 3), S (nb,), M (nb, 3)) without gravity."""
+    """Total applied wrench (F (nb, 3), S (nb,), M (nb, 3)) without gravity, from the natural
+    per-system ``wrench`` of each force; checked against the engine's fast path too."""
+    parts = [f.wrench(model, state.t, state) for f in model.forces]
+    F = sum(np.asarray(p.force_world) for p in parts)
+    S = sum(np.asarray(p.scaling) for p in parts)
+    M = sum(np.asarray(p.moment_body) for p in parts)
     t, q, u = to_components(state)
-    parts = [f.resultants(model, t, q, u) for f in model.forces]
-    F = sum(np.asarray(p.F) for p in parts)
-    S = sum(np.asarray(p.S) for p in parts)
-    M = sum(np.asarray(p.M) for p in parts)
-    return F.T, S, M.T
+    fast = [f._engine_resultants(model, t, q, u) for f in model.forces]
+    assert_close(sum(np.asarray(p.F) for p in fast).T, F, rtol=1e-13, atol=1e-14)
+    assert_close(sum(np.asarray(p.S) for p in fast), S, rtol=1e-13, atol=1e-14)
+    assert_close(sum(np.asarray(p.M) for p in fast).T, M, rtol=1e-13, atol=1e-14)
+    return F, S, M
 
 
 class Push(eqx.Module):
@@ -218,7 +223,7 @@ def test_rsda_on_revolute_is_a_torsional_oscillator_and_conserves_energy():
     assert e_err < 1e-10  # measured 2.3e-12
     assert off < 1e-12
     # θ of the force itself agrees with the closed form along the trajectory
-    th_code, thd_code = rsda.angle_and_rate(model, *to_components(traj.states)[1:])
+    th_code, thd_code = rsda.angle_and_rate(model, traj.states)
     assert_close(th_code, theta, atol=1e-13)
     assert_close(thd_code, theta_dot, atol=1e-12)
 
@@ -276,7 +281,7 @@ def test_tsda_resultants_equal_point_forces_and_rate_matches_finite_difference()
     qd = np.array([qdot_scalable(q[b], u[b]) for b in range(2)])
     eps = 1e-6
     ldot_fd = (length(q + eps * qd) - length(q - eps * qd)) / (2 * eps)
-    l_code, ldot_code = tsda.length_and_rate(model, *to_components(state)[1:])
+    l_code, ldot_code = tsda.length_and_rate(model, state)
     print(
         f"\nTSDA: l̇ closed form vs FD {abs(ldot - ldot_fd):.1e}, code vs closed form {abs(ldot_code - ldot):.1e}"
     )
@@ -317,7 +322,7 @@ def test_tsda_resultants_equal_point_forces_and_rate_matches_finite_difference()
         position=q_r[:, :3], quaternion=q_r[:, 3:], velocity=u_r[:, :3], omega_body=u_r[:, 4:]
     )
     model_ne = rbjax.Model(bodies_r, forces=[tsda], formulation=rbjax.NewtonEuler())
-    _, ldot_ne = tsda.length_and_rate(model_ne, *to_components(st_r)[1:])
+    _, ldot_ne = tsda.length_and_rate(model_ne, st_r)
     d = world_point(q_r[1], s_j) - world_point(q_r[0], s_i)
     ldot_r = unit(d) @ (point_velocity(q_r[1], u_r[1], s_j) - point_velocity(q_r[0], u_r[0], s_i))
     assert_close(ldot_ne, ldot_r, rtol=1e-13)
@@ -356,12 +361,13 @@ def test_rsda_resultants_closed_form_and_rate_matches_finite_difference():
         t=t,
     )
 
-    th, thd = rsda.angle_and_rate(model, *to_components(state)[1:])
+    th, thd = rsda.angle_and_rate(model, state)
     qd = np.array([qdot_scalable(q[b], u[b]) for b in range(2)])
     eps = 1e-6
 
     def angle(qq):
-        return float(rsda.angle_and_rate(model, jnp.asarray(qq.T), jnp.zeros((7, 2)))[0])
+        st = rbjax.State(t=jnp.zeros(()), q=jnp.asarray(qq), u=jnp.zeros((2, 7)))
+        return float(rsda.angle_and_rate(model, st)[0])
 
     thd_fd = (angle(q + eps * qd) - angle(q - eps * qd)) / (2 * eps)
     print(
@@ -387,7 +393,7 @@ def test_rsda_resultants_closed_form_and_rate_matches_finite_difference():
     thd_g = z @ (big_w + phi_dot * z)
     assert_close(M[0], np.zeros(3), atol=0.0)
     assert_close(M[1], rotmat(a_j).T @ (-k * phi * z) / s_j, rtol=1e-13)
-    assert_close(rsda_g.angle_and_rate(model, *to_components(state)[1:])[1], thd_g, rtol=1e-13)
+    assert_close(rsda_g.angle_and_rate(model, state)[1], thd_g, rtol=1e-13)
 
 
 def test_batched_resultants_equal_single_systems():
@@ -413,10 +419,10 @@ def test_batched_resultants_equal_single_systems():
     )  # fmt: skip
     t, qc, uc = to_components(batch)
     for f in forces:
-        rb = f.resultants(model, t, qc, uc)
+        rb = f._engine_resultants(model, t, qc, uc)
         assert rb.F.shape == (3, 2, 2) and rb.S.shape == (2, 2) and rb.M.shape == (3, 2, 2)
         for b in range(2):
-            r1 = f.resultants(model, t[b], qc[:, b], uc[:, b])
+            r1 = f._engine_resultants(model, t[b], qc[:, b], uc[:, b])
             for x_b, x_1 in zip((rb.F[:, b], rb.S[b], rb.M[:, b]), (r1.F, r1.S, r1.M), strict=True):
                 assert_close(x_b, x_1, rtol=1e-15, atol=1e-15)
 
@@ -537,7 +543,9 @@ def test_resultant_gradients_in_all_parameters_match_finite_differences():
 
     def loss(xs):
         m = eqx.tree_at(everything, model, xs)
-        r = m.forces[0].resultants(m, t, qc, uc) + m.forces[1].resultants(m, t, qc, uc)
+        r = m.forces[0]._engine_resultants(m, t, qc, uc) + m.forces[1]._engine_resultants(
+            m, t, qc, uc
+        )
         return jnp.sum(wf @ r.F) + jnp.sum(r.S * ws) + jnp.sum(wm @ r.M * jnp.asarray([1.0, -2.0]))
 
     worst = check_derivatives(loss, everything(model), where, "reverse")
@@ -572,14 +580,14 @@ def test_tsda_coincident_points_give_no_nan_in_value_or_gradient():
     ]:
         model = build(l0, c, act)
         force = model.forces[0]
-        l, ldot = force.length_and_rate(model, qc, uc)
+        l, ldot = force.length_and_rate(model, state)
         assert float(l) == 0.0 and float(ldot) == 0.0
-        res = force.resultants(model, t, qc, uc)
+        res = force._engine_resultants(model, t, qc, uc)
         for x in (res.F, res.S, res.M):
             assert_close(x, jnp.zeros_like(x), atol=0.0)  # direction undefined: force 0 at l = 0
 
         def scalar(f, qq, uu, model=model):
-            r = f.resultants(model, t, qq, uu)
+            r = f._engine_resultants(model, t, qq, uu)
             return jnp.sum(r.F * 1.3) + jnp.sum(r.S) - jnp.sum(r.M * 0.7)
 
         grads = jax.grad(scalar, argnums=(0, 1, 2))(force, qc, uc)
@@ -588,7 +596,7 @@ def test_tsda_coincident_points_give_no_nan_in_value_or_gradient():
     # rest length 0, no damping: the spring is k d, smooth through d = 0 with ∂F_i/∂r_i = −k I
     model = build(0.0, 0.0, None)
     force = model.forces[0]
-    jac = jax.jacfwd(lambda qq: force.resultants(model, t, qq, uc).F[:, 0])(qc)
+    jac = jax.jacfwd(lambda qq: force._engine_resultants(model, t, qq, uc).F[:, 0])(qc)
     assert_close(jac[:, 0:3, 0], -25.0 * np.eye(3), rtol=1e-14)
 
 

@@ -13,9 +13,9 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .. import _quaternion as quat
-from .._forces import Resultants, total_resultants
 from .._topology import GROUND
 from . import kernels as cf
+from .forces import Resultants, total_resultants
 from .joints import joint_terms, solve_multipliers
 from .layout import inertia_components
 from .mass import half_trace

@@ -14,8 +14,8 @@ import numpy as np
 from jaxtyping import Array, Bool, Float
 
 from .._assembly import _project_position, _project_velocity
-from .._forces import total_resultants
 from . import dynamics as dyn, kernels as cf
+from .forces import total_resultants
 from .joints import joint_force_correction, joint_terms
 from .mass import minv
 from .newton import (

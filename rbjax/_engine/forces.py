@@ -1,0 +1,190 @@
+"""Applied forces in the engine's layout: per-body resultants (F, S_C, M_C) (seed 000, eqs.
+(75)-(76)) on component-first arrays, the kernels behind the built-in forces of
+rbjax/_forces.py, and the adapter that evaluates a force written for one system.
+
+``Resultants``: F (3, *batch, nb) world frame [N], S (*batch, nb) [N m], M (3, *batch, nb) body
+frame [N m].
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array
+
+from .._topology import GROUND
+from . import kernels as cf
+from .layout import per_system, system_vector
+
+
+class Resultants(eqx.Module):
+    """Per-body resultants in component-first layout: F (3, ..., nb), S (..., nb), M (3, ..., nb)."""
+
+    F: Array
+    S: Array
+    M: Array
+
+    def __add__(self, other: Resultants) -> Resultants:
+        return Resultants(self.F + other.F, self.S + other.S, self.M + other.M)
+
+
+def _onehot(body: int, nb: int, dtype):
+    return jnp.zeros((nb,), dtype).at[body].set(1.0)
+
+
+def _at_point(p, rho, f, mask) -> Resultants:
+    """Resultants of the world force f at the body point ϱ of the body with quaternion p
+    (seed 000, eq. (75)): F = f, S_C = ϱᵀ Rᵀ f, M_C = ϱ × (Rᵀ f), each times the one-hot
+    ``mask`` over bodies. Component-first; p (4, ...), ϱ and f (3, ...)."""
+    f_body = cf.rotate_t(p, f)
+    return Resultants(
+        F=f * mask + jnp.zeros_like(f_body),
+        S=cf.dot3(rho, f_body) * mask,
+        M=cf.cross(rho, f_body) * mask,
+    )
+
+
+def _body_state(q, u, b: int):
+    """(q_b, u_b) of body b ≠ GROUND as component-first (7, ..., 1) slices (b is static, so
+    this is a batched slice of the (7, ..., nb) arrays)."""
+    return q[..., b : b + 1], u[..., b : b + 1]
+
+
+def _pure_torque(p, tau, mask) -> Resultants:
+    """Resultants of a pure torque (couple) τ, world frame, on the body with quaternion p:
+    F = 0, S_C = 0, M_C = Rᵀ τ / s (s = |A|² = 1 for a rigid body: M_C = Rᵀ τ). The 1/s makes
+    M_C the force conjugate to ω, the body angular velocity scaled by s (seed 000, eq. (49))."""
+    m = cf.rotate_t(p, tau) / cf.qnorm2(p) * mask
+    return Resultants(F=jnp.zeros_like(m), S=jnp.zeros_like(m[0]), M=m)
+
+
+def _sum(parts: list[Resultants]) -> Resultants:
+    total = parts[0]
+    for r in parts[1:]:
+        total = total + r
+    return total
+
+
+def point(q, s):
+    """World position r + A s̄ of the body point s̄ (component-first; A s̄ = s R s̄)."""
+    return q[0:3] + cf.transform(q[3:7], s)
+
+
+def resultants_per_system(force, model, t, q, u) -> Resultants:
+    """The resultants of a force written for ONE system (``force.wrench(model, t, state)`` in
+    the natural layout), evaluated on the engine's arrays by ``jax.vmap`` over the batch."""
+    w = per_system(force.wrench, model, t, q, u)
+    dtype = q.dtype
+    return Resultants(
+        F=jnp.moveaxis(jnp.asarray(w.force_world, dtype), -1, 0),
+        S=jnp.asarray(w.scaling, dtype),
+        M=jnp.moveaxis(jnp.asarray(w.moment_body, dtype), -1, 0),
+    )
+
+
+def point_force(force, model, t, q, u) -> Resultants:
+    """rbjax.PointForce: a world force at a body point (seed 000, eq. (75))."""
+    mask = _onehot(force.body, model.nb, q.dtype)
+    f = system_vector(force.force_world, q)
+    rho = system_vector(force.point_body, q)
+    return _at_point(q[3:7], rho, f, mask)
+
+
+def body_torque(force, model, t, q, u) -> Resultants:
+    """rbjax.BodyTorque: a body-frame torque."""
+    mask = _onehot(force.body, model.nb, q.dtype)
+    tau = system_vector(force.torque_body, q)
+    zero3 = jnp.zeros_like(q[0:3])
+    return Resultants(F=zero3, S=jnp.zeros_like(q[0]), M=tau * mask + zero3)
+
+
+def _tsda_point(model, q, u, b: int, s):
+    """(q_b, P, Ṗ) of the body point s̄ of body b: P = r + A s̄ and its velocity, the jvp of
+    P(q) along q̇ = kinematics(q, u). GROUND: the world point s̄ at rest (q_b = None)."""
+    s = system_vector(jnp.asarray(s, q.dtype), q)
+    if b == GROUND:
+        return None, s, jnp.zeros_like(s)
+    qb, ub = _body_state(q, u, b)
+    kin = model.formulation._engine_kinematics
+    p, v = jax.jvp(lambda x: point(x, s), (qb,), (kin(qb, ub),))
+    return qb, p, v
+
+
+def tsda_geometry(force, model, q, u):
+    """(q_i, q_j, d, l, e, l̇) component-first; d, e (3, ..., 1), l, l̇ (..., 1)."""
+    qi, pi, vi = _tsda_point(model, q, u, force.body_i, force.s_i)
+    qj, pj, vj = _tsda_point(model, q, u, force.body_j, force.s_j)
+    d = pj - pi
+    l2 = cf.dot3(d, d)
+    # double where: the sqrt and the division never see l = 0, on either branch
+    safe = l2 > 0.0
+    l_safe = jnp.sqrt(jnp.where(safe, l2, 1.0))
+    l = jnp.where(safe, l_safe, 0.0)
+    e = d / l_safe  # = 0 where d = 0
+    return qi, qj, d, l, e, cf.dot3(e, vj - vi)
+
+
+def tsda(force, model, t, q, u) -> Resultants:
+    """rbjax.TranslationalSpringDamper (ME751 TSDA, seed 004)."""
+    qi, qj, d, l, e, ldot = tsda_geometry(force, model, q, u)
+    k = jnp.asarray(force.stiffness, q.dtype)
+    c = jnp.asarray(force.damping, q.dtype)
+    l0 = jnp.asarray(force.rest_length, q.dtype)
+    rest = c * ldot - k * l0
+    if force.actuator is not None:
+        rest = rest + force.actuator(t, l, ldot)
+    fe = k * d + rest * e  # f e with f = k (l − l0) + c l̇ + h, since k l e = k d
+    parts = []
+    for b, qb, s, f in ((force.body_i, qi, force.s_i, fe), (force.body_j, qj, force.s_j, -fe)):
+        if qb is not None:
+            rho = system_vector(jnp.asarray(s, q.dtype), q)
+            parts.append(_at_point(qb[3:7], rho, f, _onehot(b, model.nb, q.dtype)))
+    return _sum(parts)
+
+
+def rsda_geometry(force, q, u):
+    """(p_i, p_j, z, θ, θ̇) component-first; z (3, ..., 1), θ, θ̇ (..., 1); p = None for
+    GROUND."""
+
+    def frame(b, *vectors):
+        """Quaternion, world vectors A x̄ and world angular velocity R ω / s of body b."""
+        vs = [system_vector(jnp.asarray(x, q.dtype), q) for x in vectors]
+        if b == GROUND:
+            return None, vs, jnp.zeros_like(vs[0])
+        qb, ub = _body_state(q, u, b)
+        p = qb[3:7]
+        return p, [cf.transform(p, x) for x in vs], cf.rotate(p, ub[4:7]) / cf.qnorm2(p)
+
+    pi, (z, xi), wi = frame(force.body_i, force.axis_i, force.ref_i)
+    pj, (xj,), wj = frame(force.body_j, force.ref_j)
+    z = z / jnp.sqrt(cf.dot3(z, z))
+    theta = jnp.arctan2(cf.dot3(z, cf.cross(xi, xj)), cf.dot3(xi, xj))
+    return pi, pj, z, theta, cf.dot3(z, wj - wi)
+
+
+def rsda(force, model, t, q, u) -> Resultants:
+    """rbjax.RotationalSpringDamper (ME751 RSDA, seed 004)."""
+    pi, pj, z, theta, theta_dot = rsda_geometry(force, q, u)
+    k = jnp.asarray(force.stiffness, q.dtype)
+    c = jnp.asarray(force.damping, q.dtype)
+    th0 = jnp.asarray(force.rest_angle, q.dtype)
+    tau = -(k * (theta - th0) + c * theta_dot)
+    if force.actuator is not None:
+        tau = tau + force.actuator(t, theta, theta_dot)
+    torque = tau * z
+    parts = []
+    for b, p, tq in ((force.body_i, pi, -torque), (force.body_j, pj, torque)):
+        if p is not None:
+            parts.append(_pure_torque(p, tq, _onehot(b, model.nb, q.dtype)))
+    return _sum(parts)
+
+
+def total_resultants(model, t, q, u) -> Resultants:
+    """Sum of gravity (F = m g at the centre of mass: S_C = 0, M_C = 0) and all model forces."""
+    g = system_vector(model.gravity, q)
+    zero3 = jnp.zeros((3,) + q.shape[1:], q.dtype)
+    total = Resultants(F=model.mass * g + zero3, S=jnp.zeros(q.shape[1:], q.dtype), M=zero3)
+    for force in model.forces:
+        total = total + force._engine_resultants(model, t, q, u)
+    return total
