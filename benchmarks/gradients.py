@@ -17,7 +17,7 @@ dt = 1e-3), 1000 steps each, batch B ∈ {1, 256}, each integrator:
   targets: ≤ 4 for explicit, ≤ 6 for implicit integrators; reported, not asserted), and
   rev / fwd.
 
-The rev rows use ``rollout``'s default checkpointing (``checkpoint=None``: every step
+The rev rows use ``rollout``'s default checkpointing (``Checkpoint()``: every step
 recomputed in the backward pass) and, as "rev@False", no checkpointing (every step's residuals
 stored); ``--checkpoints`` chooses others. A case that cannot be differentiated is recorded with
 its error. ``--sweep`` adds reverse-mode memory and time against the horizon (``--horizons``)
@@ -87,7 +87,10 @@ def problem(name: str, batch: int):
     return model, jax.tree.map(lambda *x: jnp.stack(x), *states)
 
 
-def loss_fn(model, t0, integrator, steps, dt, save_every=None, checkpoint=None):
+DEFAULT_CHECKPOINT = rbjax.Checkpoint()
+
+
+def loss_fn(model, t0, integrator, steps, dt, save_every=None, checkpoint=DEFAULT_CHECKPOINT):
     """Sum of squares of the final state; arguments (q0, u0, mass, inertia)."""
     save_every = steps if save_every is None else save_every
 
@@ -123,7 +126,7 @@ def measure(fn, args, repeats):
     return compile_s, statistics.median(runs), temp
 
 
-def cost_case(name, integ_name, batch, steps, repeats, checkpoints=(None,)):
+def cost_case(name, integ_name, batch, steps, repeats, checkpoints=(DEFAULT_CHECKPOINT,)):
     """eval, fwd and one rev record per ``rollout(checkpoint=...)`` value (mode "rev" for the
     first, "rev@<value>" for the others)."""
     model, state = problem(name, batch)
@@ -346,7 +349,7 @@ def sweep_case(name, steps, save_every, checkpoint, repeats):
         "steps": steps,
         "save_every": save_every,
         "checkpoint": str(checkpoint),
-        "interval": rbjax._simulate._checkpoint_interval(checkpoint, steps, save_every),
+        "interval": rbjax._rollout._checkpoint_interval(checkpoint, steps, save_every),
         "mode": "rev",
         "compile_s": compile_s,
         "run_s": run_s,
@@ -451,11 +454,16 @@ def main(argv=None):
     steps = {"free_body": args.steps_free, "double_pendulum": args.steps_pendulum}
     problems = {k: steps[k] for k in args.problems.split(",")}
     integrators = list(INTEGRATORS) if args.integrators is None else args.integrators.split(",")
-    ck_map = {"default": None, "0": False, "False": False, "True": True}
+    ck_map = {
+        "default": rbjax.Checkpoint(),
+        "0": None,
+        "False": None,
+        "True": rbjax.Checkpoint(every=None),
+    }
     checkpoints = tuple(
-        ck_map.get(c, None if c == "default" else c) for c in args.checkpoints.split(",")
+        ck_map[c] if c in ck_map else rbjax.Checkpoint(every=int(c))
+        for c in args.checkpoints.split(",")
     )
-    checkpoints = tuple(int(c) if isinstance(c, str) else c for c in checkpoints)
     if args.quick:
         problems = {"free_body": 100}
         integrators = ["SemiImplicitEuler", "RK4", "ImplicitMidpoint"]

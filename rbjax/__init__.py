@@ -8,13 +8,23 @@ One explicit public surface; the implementation lives in private modules. Quater
 from importlib.metadata import PackageNotFoundError, version
 
 from . import advanced as advanced, quaternion as quaternion
-from ._assembly import (
-    KinematicResult as KinematicResult,
-    Mobility as Mobility,
-    assemble as assemble,
-    kinematic_analysis as kinematic_analysis,
-    mobility as mobility,
+from ._analysis.assembly import assemble as assemble
+from ._analysis.gradients import (
+    GradientHealth as GradientHealth,
+    gradient_health as gradient_health,
 )
+from ._analysis.invariants import (
+    angular_momentum as angular_momentum,
+    kinetic_energy as kinetic_energy,
+    linear_momentum as linear_momentum,
+    potential_energy as potential_energy,
+    total_energy as total_energy,
+)
+from ._analysis.kinematics import (
+    KinematicResult as KinematicResult,
+    kinematic_analysis as kinematic_analysis,
+)
+from ._analysis.mobility import Mobility as Mobility, mobility as mobility
 from ._body import Body as Body
 from ._constraints import GROUND as GROUND, AbstractConstraint as AbstractConstraint
 from ._dynamics import (
@@ -23,11 +33,6 @@ from ._dynamics import (
     ScalableDAE as ScalableDAE,
     UdwadiaSchutte as UdwadiaSchutte,
     accelerations as accelerations,
-    angular_momentum as angular_momentum,
-    kinetic_energy as kinetic_energy,
-    linear_momentum as linear_momentum,
-    potential_energy as potential_energy,
-    total_energy as total_energy,
 )
 from ._forces import (
     AbstractForce as AbstractForce,
@@ -38,7 +43,6 @@ from ._forces import (
     TranslationalSpringDamper as TranslationalSpringDamper,
     Wrench as Wrench,
 )
-from ._gradhealth import GradientHealth as GradientHealth, gradient_health as gradient_health
 from ._identify import (
     AbstractObservation as AbstractObservation,
     AngularVelocity as AngularVelocity,
@@ -81,13 +85,8 @@ from ._params import (
     PrincipalInertia as PrincipalInertia,
 )
 from ._reactions import Reactions as Reactions, reactions as reactions
-from ._simulate import (
-    RESULT_NONFINITE as RESULT_NONFINITE,
-    RESULT_OK as RESULT_OK,
-    RESULT_SOLVER_FAILED as RESULT_SOLVER_FAILED,
-    Trajectory as Trajectory,
-    rollout as rollout,
-)
+from ._results import RESULTS as RESULTS
+from ._rollout import Checkpoint as Checkpoint, Trajectory as Trajectory, rollout as rollout
 from ._state import State as State, make_state as make_state
 from ._step import step as step
 

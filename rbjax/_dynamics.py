@@ -33,7 +33,7 @@ from . import _quaternion as quat
 from ._engine import dynamics as dyn, kernels as cf
 from ._engine.forces import total_resultants
 from ._engine.layout import inertia_components, per_system, to_components
-from ._engine.mass import half_trace, mvec
+from ._engine.mass import half_trace
 from ._state import State
 
 # ------------------------------------------------------------------------ formulations
@@ -226,41 +226,6 @@ def mass_matrix(model):
     out = out.at[..., 0:3, 0:3].set(m[..., None, None] * jnp.eye(3, dtype=dtype))
     out = out.at[..., 3, 3].set(half_trace(model))
     return out.at[..., 4:7, 4:7].set(model.inertia)
-
-
-def kinetic_energy(model, state):
-    """T = ½ uᵀ M u summed over bodies (seed 000, eqs. (60), (64)); valid for scalable bodies."""
-    _, _, u = to_components(state)
-    return 0.5 * jnp.sum(jnp.sum(u * mvec(model, u), axis=0), axis=-1)
-
-
-def potential_energy(model, state):
-    """V = −Σ m gᵀ r (uniform gravity)."""
-    g = jnp.asarray(model.gravity)[..., None, :]
-    return -jnp.sum(model.mass * jnp.sum(g * state.q[..., 0:3], axis=-1), axis=-1)
-
-
-def total_energy(model, state):
-    """T + V [J]; conserved for torque-free and gravity-only motion."""
-    return kinetic_energy(model, state) + potential_energy(model, state)
-
-
-def linear_momentum(model, state):
-    """Σ m v, world frame [kg m/s]."""
-    return jnp.sum(model.mass[..., None] * state.u[..., 0:3], axis=-2)
-
-
-def angular_momentum(model, state):
-    """Angular momentum about the world origin, world frame: Σ m r × v + s R Θ ω.
-
-    For a scalable body, ∫ ξ × ξ̇ dm = m r × v + s R Θ ω (ν contributes nothing since
-    ϱ × ϱ = 0); s R x is the quaternion transform A (0, x) A* (seed 000, eq. (27)).
-    """
-    _, q, u = to_components(state)
-    th = inertia_components(model)
-    spin = cf.transform(q[3:7], cf.matvec(th, u[4:7]))
-    orbital = model.mass * cf.cross(q[0:3], u[0:3])
-    return jnp.moveaxis(jnp.sum(spin + orbital, axis=-1), 0, -1)
 
 
 def scaling_force_closed_form(model, state):

@@ -148,7 +148,9 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import Array
 
 from . import _quaternion as quat
-from ._assembly import assemble, check_mechanism_state, jacobian_matrix, mobility
+from ._analysis.assembly import assemble
+from ._analysis.checks import check_mechanism_state
+from ._analysis.mobility import jacobian_matrix, mobility
 from ._engine.layout import to_components
 from ._errors import fail
 from ._integrators import RK4, AbstractIntegrator

@@ -4,7 +4,7 @@ and velocity-transform matrices, the static model topology and the abstract buil
 the built-in families. Everyday use needs only the names in :mod:`rbjax`.
 """
 
-from ._assembly import jacobian_matrix as jacobian_matrix
+from ._analysis.mobility import jacobian_matrix as jacobian_matrix
 from ._constraints import (
     CD as CD,
     DP1 as DP1,

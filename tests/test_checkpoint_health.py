@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 
 import rbjax
-from rbjax._gradhealth import GradientHealth, _constraint_tangent, gradient_health
-from rbjax._simulate import _checkpoint_interval
+from rbjax import Checkpoint
+from rbjax._analysis.gradients import GradientHealth, _constraint_tangent, gradient_health
+from rbjax._rollout import _checkpoint_interval
+
+SQRT = Checkpoint(every=None)
 
 INERTIA = jnp.diag(jnp.array([1.0, 2.0, 3.0]))
 SIE = rbjax.SemiImplicitEuler()
@@ -75,7 +78,7 @@ def test_checkpoint_free_body_identical_trajectory_and_gradients():
     # three chunks; a batch of two different bodies
     model = _free_body()
     state = rbjax.make_state(omega_body=[[[0.01, 5.0, 0.2]], [[0.3, 0.1, 4.0]]])
-    cks = (False, 2, 4, 12, None)
+    cks = (None,) + tuple(Checkpoint(every=k) for k in (2, 4, 12)) + (Checkpoint(),)
     evals, grads = _trajectories_and_gradients(model, state, 24, 4, cks)
     _assert_same(evals, grads, cks)
     assert np.all(np.asarray(grads[0][1][2]) != 0.0)  # the inertia gradient is not trivial
@@ -84,35 +87,45 @@ def test_checkpoint_free_body_identical_trajectory_and_gradients():
 def test_checkpoint_mechanism_identical_trajectory_and_gradients():
     # the mechanism path checks every step (per-step indices are split with the steps)
     model, state = _plane_slider()
-    cks = (False, 2)
+    cks = (None, Checkpoint(every=2))
     evals, grads = _trajectories_and_gradients(model, state, 12, 4, cks)
     _assert_same(evals, grads, cks)
     assert np.max(np.abs(np.asarray(evals[0].q[..., 2]))) < 1e-12  # the plane holds
 
 
 def test_checkpoint_automatic_interval_is_about_sqrt_n_steps():
-    assert _checkpoint_interval(True, 10_000, 10_000) == 100  # inside the single saved chunk
-    assert _checkpoint_interval(True, 10_000, 1) == 100  # groups of 100 saved states
-    assert _checkpoint_interval(True, 24, 4) == 4  # one saved chunk
-    assert _checkpoint_interval(True, 1000, 10) == 40  # groups of 4 saved chunks
-    assert _checkpoint_interval(False, 100, 10) == 0
-    assert _checkpoint_interval(0, 100, 10) == 0
-    assert _checkpoint_interval(np.int64(20), 100, 10) == 20
+    assert _checkpoint_interval(SQRT, 10_000, 10_000) == 100  # inside the single saved chunk
+    assert _checkpoint_interval(SQRT, 10_000, 1) == 100  # groups of 100 saved states
+    assert _checkpoint_interval(SQRT, 24, 4) == 4  # one saved chunk
+    assert _checkpoint_interval(SQRT, 1000, 10) == 40  # groups of 4 saved chunks
+    assert _checkpoint_interval(None, 100, 10) == 0
+    assert _checkpoint_interval(Checkpoint(every=np.int64(20)), 100, 10) == 20
     # the default (None): rematerialise every step, the fastest reverse mode measured
     # (benchmarks/gradients.py)
-    assert _checkpoint_interval(None, 100, 10) == 1
+    assert _checkpoint_interval(Checkpoint(), 100, 10) == 1
 
 
-@pytest.mark.parametrize("bad", [3, 5, -1, 2.5, "yes"])
+@pytest.mark.parametrize("bad", [3, 5, True, False, 0, 2.5, "yes"])
 def test_checkpoint_invalid_values_are_rejected(bad):
     model = _free_body()
     state = rbjax.make_state(omega_body=[0.0, 0.0, 1.0])
     with pytest.raises(ValueError, match=r"checkpoint = .*Fix:") as err:
-        rbjax.rollout(model, state, 1e-2, 24, save_every=4, checkpoint=bad)
+        ck = Checkpoint(every=bad) if bad in (3, 5) else bad
+        rbjax.rollout(model, state, 1e-2, 24, save_every=4, checkpoint=ck)
     # neither divides save_every = 4 nor is a multiple of it that divides 24
     near = {3: "[2, 4, 8]", 5: "[4, 8, 12]"}
-    if bad in near:
+    if bad in near and not isinstance(bad, bool):
         assert f"one of {near[bad]} (nearest allowed values)" in str(err.value)
+    else:
+        assert "is not an rbjax.Checkpoint or None" in str(err.value)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "3"])
+def test_checkpoint_every_must_be_a_positive_integer(bad):
+    with pytest.raises(
+        ValueError, match=r"^Checkpoint\.every = .* is not a positive integer or None\. Fix:"
+    ):
+        Checkpoint(every=bad)
 
 
 def _final_state_loss(traj):

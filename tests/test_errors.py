@@ -318,7 +318,7 @@ def test_nonfinite_rollout_raises_with_step_index(nan_model, integrator, c_max):
     ):
         rbjax.rollout(nan_model, _spin_x(), DT, N, integrator=integrator())
     traj = rbjax.rollout(nan_model, _spin_x(), DT, N, integrator=integrator(), throw=False)
-    assert int(traj.result) == rbjax.RESULT_NONFINITE
+    assert int(traj.result) == rbjax.RESULTS.nonfinite
     assert int(traj.failed_step) == expected
     # the saved states before the failure are finite, after it they are not
     u = np.asarray(traj.u)
@@ -340,7 +340,7 @@ def test_nonfinite_batched_rollout_reports_per_member(nan_model):
     s = rbjax.make_state(omega_body=np.array([[[1.0, 0.1, 0.1]], [[0.1, 1.0, 0.1]]]))
     traj = rbjax.rollout(nan_model, s, DT, N, throw=False)
     np.testing.assert_array_equal(
-        np.asarray(traj.result), [rbjax.RESULT_NONFINITE, rbjax.RESULT_OK]
+        np.asarray(traj.result), [rbjax.RESULTS.nonfinite, rbjax.RESULTS.successful]
     )
     np.testing.assert_array_equal(np.asarray(traj.failed_step), [50, -1])
     assert np.all(np.isfinite(np.asarray(traj.u[1])))
@@ -358,6 +358,6 @@ def test_implicit_solver_not_converging():
     ):
         rbjax.rollout(model, fast, 1e-2, 10, integrator=integ)
     traj = rbjax.rollout(model, fast, 1e-2, 10, integrator=integ, throw=False)
-    assert int(traj.result) == rbjax.RESULT_SOLVER_FAILED
+    assert int(traj.result) == rbjax.RESULTS.solver_failed
     assert int(traj.failed_step) == 0
     assert np.all(np.isfinite(np.asarray(traj.q)))  # failed to converge, not blown up

@@ -174,7 +174,7 @@ def test_implicit_midpoint_long_horizon_invariants():
     traj = rbjax.rollout(
         model, s0, 1e-3, n_steps, integrator=rbjax.ImplicitMidpoint(), save_every=save_every
     )
-    assert int(traj.result) == rbjax.RESULT_OK
+    assert int(traj.result) == rbjax.RESULTS.successful
     assert_close(traj.t[-1], 100.0, rtol=1e-11)  # t is accumulated: 1e5 additions of dt
     a2, e, hb, lw = _invariants(model, traj.states, INERTIA)
     w = np.asarray(traj.u[:, 0, 4:7])

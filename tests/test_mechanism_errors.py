@@ -226,7 +226,7 @@ def test_divergence_inside_rollout_reports_the_step():
     with pytest.raises(eqx.EquinoxRuntimeError, match=r"non-finite.*at step 10 "):
         rbjax.rollout(model, state(), 1e-3, 40, save_every=20)
     tr = rbjax.rollout(model, state(), 1e-3, 40, save_every=20, throw=False)
-    assert int(tr.result) == rbjax.RESULT_NONFINITE and int(tr.failed_step) == 10
+    assert int(tr.result) == rbjax.RESULTS.nonfinite and int(tr.failed_step) == 10
 
 
 def test_kinematic_analysis_requires_dof_zero():

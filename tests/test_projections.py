@@ -1,7 +1,7 @@
 """Derivatives of the implicit position solves: assembly, kinematic analysis, Projected.
 
 Each solve is the root of a square system differentiated by the implicit function theorem
-(rbjax/_assembly.py). Checked against references the code under test did not produce:
+(rbjax/_engine/projection.py). Checked against references the code under test did not produce:
 
 * assembly is the closest point in the kinetic-energy metric: against scipy's SLSQP on the
   same problem written in NumPy;

@@ -428,7 +428,7 @@ def test_float32_implicit_midpoint_keeps_unit_quaternion():
     m32, s32 = _f32_setup()
     traj = rbjax.rollout(m32, s32, 1e-2, 1000, integrator=rbjax.ImplicitMidpoint(), save_every=10)
     assert traj.q.dtype == jnp.float32
-    assert int(traj.result) == rbjax.RESULT_OK
+    assert int(traj.result) == rbjax.RESULTS.successful
     a2 = np.sum(np.asarray(traj.q[:, 0, 3:7], np.float64) ** 2, axis=-1) - 1.0
     assert np.max(np.abs(a2)) <= 1e-6, np.max(np.abs(a2))
     e = np.asarray(rbjax.kinetic_energy(m32, traj.states), np.float64)

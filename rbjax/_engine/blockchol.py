@@ -163,7 +163,7 @@ def dense_solve(blocks: dict, n: int, b: list) -> list:
 
     Slower per call than :class:`BlockCholesky` for small blocks but compiles to a handful of
     operations; used inside one-shot analyses (assembly, kinematic analysis), where compile time
-    dominates (see :func:`rbjax._mechanics.one_shot`).
+    dominates (``SchurSystem(..., dense=True)`` in rbjax/_engine/joints.py).
     """
     sizes = [v.shape[0] for v in b]
     rows = []

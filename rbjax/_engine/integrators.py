@@ -13,7 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
-from .._assembly import _project_position, _project_velocity
 from . import dynamics as dyn, kernels as cf
 from .forces import total_resultants
 from .joints import joint_force_correction, joint_terms
@@ -24,6 +23,7 @@ from .newton import (
     flatten as _flatten,
     unflatten as _unflatten,
 )
+from .projection import project_position, project_velocity
 
 
 def _ok(t):
@@ -258,8 +258,8 @@ def projected_step(base_step, model, t, q, u, h, velocities, tol, max_iters):
     if not model.joints:
         return t1, q1, u1, ok
     tol = (1e-12 if q.dtype == jnp.float64 else 1e-5) if tol is None else tol
-    q1, err, _ = _project_position(model, t1, q1, tol, max_iters)
+    q1, err, _ = project_position(model, t1, q1, tol, max_iters)
     if velocities:
-        u1 = _project_velocity(model, t1, q1, u1)
+        u1 = project_velocity(model, t1, q1, u1)
     ok = ok & jnp.all(err <= 100 * tol, axis=0)
     return t1, q1, u1, ok

@@ -23,8 +23,6 @@ evaluated together, so compile time grows with the number of joint TYPES, not jo
 
 from __future__ import annotations
 
-import contextlib
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -301,22 +299,6 @@ def _fast_path(grp) -> bool:
     return grp.vectorised
 
 
-_ONE_SHOT = [False]
-
-
-@contextlib.contextmanager
-def one_shot():
-    """Trace-time switch for analyses that run once (assembly, kinematic analysis, checks):
-    the Schur complement is solved by one dense LAPACK Cholesky instead of the unrolled block
-    factorisation, trading run time (irrelevant there) for a much smaller program to compile."""
-    old = _ONE_SHOT[0]
-    _ONE_SHOT[0] = True
-    try:
-        yield
-    finally:
-        _ONE_SHOT[0] = old
-
-
 def _minv_rows(mass_b, ht_b, thinv_b, w):
     """M_b⁻¹ applied to every row of w (m, 7, ...) (seed 000 eq. (64))."""
     lin = w[:, 0:3] / mass_b
@@ -333,10 +315,13 @@ class SchurSystem:
     """S = W̃ M⁻¹ W̃ᵀ of ``terms.W`` assembled and factored once (trace-time object).
 
     ``solve(rhs)`` returns S⁻¹ rhs for per-joint right-hand sides (list of (m_k, ...)); a
-    projection that iterates with a frozen W̃ (rbjax/_assembly.py) factors S only once.
+    projection that iterates with a frozen W̃ (rbjax/_engine/projection.py) factors S only once.
+    ``dense=True`` solves by one dense LAPACK Cholesky instead of the unrolled block
+    factorisation: analyses that run once (assembly, kinematic analysis) trade run time,
+    irrelevant there, for a much smaller program to compile.
     """
 
-    def __init__(self, model, terms: JointTerms, dtype):
+    def __init__(self, model, terms: JointTerms, dtype, *, dense: bool = False):
         nb, nj = model.nb, len(model.joints)
         rigid = [not s for s in model.scalable]
         thinv = cf.sym_inv(inertia_components(model))
@@ -365,7 +350,7 @@ class SchurSystem:
                     blk = mm_t(wt[(k, sk)], x[(l, sl)])
                     blocks[(k, l)] = blk if (k, l) not in blocks else blocks[(k, l)] + blk
         self.model, self.terms, self.wt, self.x = model, terms, wt, x
-        if _ONE_SHOT[0]:
+        if dense:
             self._solve = lambda rhs: dense_solve(blocks, nj, rhs)
         else:
             self._solve = factor(blocks, nj, sum(model.joint_rows)).solve
@@ -385,14 +370,15 @@ class SchurSystem:
         return jnp.stack(corr, axis=-1), jnp.stack(fnu, axis=-1)
 
 
-def solve_multipliers(model, terms: JointTerms, a, rhs_extra=None):
+def solve_multipliers(model, terms: JointTerms, a, rhs_extra=None, *, dense: bool = False):
     """Solve S λ = γ − W̃ a (+ rhs_extra) and return (λ per joint, M⁻¹W̃ᵀλ, (Wᵀλ)_ν).
 
     ``a`` (7, ..., nb) is the unconstrained acceleration with ν̇ = 0 already set for rigid
     bodies. Returns λ as a list of (m_k, ...), the correction (7, ..., nb) to add to a, and the
-    scaling component of the joint forces per body (..., nb).
+    scaling component of the joint forces per body (..., nb). ``dense``: see
+    :class:`SchurSystem`.
     """
-    schur = SchurSystem(model, terms, a.dtype)
+    schur = SchurSystem(model, terms, a.dtype, dense=dense)
     a_t = jnp.moveaxis(a, -1, 1)  # (7, nb, ...): bodies before the batch (contiguous slices)
     rhs = []
     for k in range(len(model.joints)):

@@ -30,13 +30,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._assembly import check_mechanism_state
-from ._engine.joints import joint_terms
-from ._engine.layout import to_components
-from ._integrators import RK4, AbstractIntegrator, check_dt
-from ._quaternion import mul as qmul
-from ._simulate import RESULT_OK, Trajectory, rollout
-from ._state import State
+from .._engine.joints import joint_terms
+from .._engine.layout import to_components
+from .._integrators import RK4, AbstractIntegrator, check_dt
+from .._quaternion import mul as qmul
+from .._results import RESULTS
+from .._rollout import Checkpoint, Trajectory, rollout
+from .._state import State
+from .checks import check_mechanism_state
 
 
 class GradientHealth(eqx.Module):
@@ -344,7 +345,7 @@ def gradient_health(
     integrator: AbstractIntegrator | None = None,
     save_every: int = 1,
     multipliers: bool = False,
-    checkpoint: bool | int | None = None,
+    checkpoint: Checkpoint | None = Checkpoint(),  # noqa: B008 - immutable
     n_directions: int = 3,
     eps: float | None = None,
     tol: float = 1e-4,
@@ -478,7 +479,7 @@ def gradient_health(
         wrt,
     )
     out = jax.tree.map(np.asarray, out)
-    if int(out["result"]) != RESULT_OK or int(out["fd_result"]) != RESULT_OK:
+    if int(out["result"]) != RESULTS.successful or int(out["fd_result"]) != RESULTS.successful:
         raise ValueError(
             f"The rollout failed (result code {max(int(out['result']), int(out['fd_result']))}:"
             " non-finite state or implicit solver failure) within n_steps = "

@@ -1,0 +1,30 @@
+"""Result codes of rollouts, each carrying its message."""
+
+from __future__ import annotations
+
+import enum
+
+
+class RESULTS(enum.IntEnum):
+    """What happened to one system of a rollout: ``Trajectory.result`` holds these codes as an
+    integer array with the batch's shape, so ``traj.result == rbjax.RESULTS.nonfinite`` is an
+    elementwise test. :attr:`message` says what each code means.
+
+    (A Python enumeration rather than ``equinox.Enumeration``, whose items are scalars: one
+    rollout integrates a whole batch, and its result is an array of codes.)
+    """
+
+    successful = 0
+    nonfinite = 1
+    solver_failed = 2
+
+    @property
+    def message(self) -> str:
+        return _MESSAGES[self]
+
+
+_MESSAGES = {
+    RESULTS.successful: "",
+    RESULTS.nonfinite: "the state became non-finite (NaN or inf)",
+    RESULTS.solver_failed: "the implicit solver did not converge",
+}
