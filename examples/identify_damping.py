@@ -23,6 +23,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 jax.config.update("jax_enable_x64", True)
 
@@ -86,8 +87,7 @@ def main(argv=None):
         {"damping": rbjax.Positive.from_value(0.02)},
         data,
         dt=DT,
-        optimizer=args.optimizer,
-        learning_rate=0.1,
+        solver=rbjax.LBFGS() if args.optimizer == "lbfgs" else optax.adam(0.1),
         max_steps=60 if args.optimizer == "lbfgs" else 300,
     )
     print(f"fit, {time.perf_counter() - t0:.1f} s:\n{fit.summary()}")

@@ -1,7 +1,7 @@
 """Identifying a chaotic double pendulum: both masses and the pivot from 3 s of noisy markers.
 
 The double pendulum of examples/double_pendulum.py (two uniform 1 m rods on Revolute joints
-about world y, seed 004; g = 9.81 m/s²) with physically consistent rods: masses m1 = 1.2 kg,
+about world y, Negrut ME751; g = 9.81 m/s²) with physically consistent rods: masses m1 = 1.2 kg,
 m2 = 0.7 kg and inertias that scale with them (m L²/12 across the rod, 1 % of that along it).
 Its pivot sits at (30, −15, 20) mm instead of the nominal origin. Released at rest from 137°
 and 166° (from the downward vertical), it moves chaotically: the sensitivity of the motion to
@@ -19,7 +19,7 @@ velocities from the planar kinematics). The deliberately wrong start: masses +30
 off the first markers with that wrong pivot.
 
 Identifiability. Gravity and the inertia of each rod are proportional to its mass, so the
-constrained equations of motion M u̇ = F + W̃ᵀλ (M of seed 000 eq. (64), ∝ the masses; F =
+constrained equations of motion M u̇ = F + W̃ᵀλ (M of Möller & Glocker 2012 eq. (64), ∝ the masses; F =
 gravity, ∝ the masses; hence λ ∝ the masses) are unchanged when BOTH masses are multiplied by
 the same factor: a free swing determines the mass RATIO, never the masses.
 
@@ -32,7 +32,7 @@ the same factor: a free swing determines the mass RATIO, never the masses.
    largest gravity torque about the pivot, 16 N m). A known torque does not scale with the
    masses: both become identifiable and are recovered.
 
-Method. Multiple shooting (Bock & Plitt 1984; ``shooting=10``: segments of 0.3 s) and
+Method. Multiple shooting (Bock & Plitt 1984; ``shooting=rbjax.Shooting(10)``: segments of 0.3 s) and
 Levenberg–Marquardt. ``--health`` runs rbjax.gradient_health on the true motion: the gradients
 of the whole 3 s rollout are exact (forward = reverse mode = finite differences to 1.4e-7), so
 the problem is not untrustworthy derivatives but nonlinearity: the trajectory's sensitivity
@@ -40,7 +40,7 @@ grows 771× over 3 s and 3.15× over one 0.3 s segment, so each segment is nearl
 start state while the 3 s trajectory of a wrong guess is unrelated to the data. ``--single``
 shows it: single shooting from the same guess stops in a local minimum (reduced χ² 1.3e5,
 masses 9 % off). The segment start states are initialised from the markers
-(``segment_states0``: angles from the marker geometry, rates by central differences) rather
+(``Shooting.states0``: angles from the marker geometry, rates by central differences) rather
 than by simulating the guess, which would leave the data within a segment or two; rbjax
 parameterises each by 2 position and 2 velocity coordinates in the tangent space of the joint
 manifold and assembles it onto the manifold (rbjax.assemble). The integrator is
@@ -192,7 +192,7 @@ FREE = {"m1": True, "m2": True, "pivot": True, "angles0": True, "rates0": True, 
 
 def markers(q):
     """World positions (..., 2, 3) of the elbow marker (far end of rod 1) and of the far end
-    of rod 2, from states q (..., 2, 7): x = r + R(A) p̄ (seed 000 eq. (32))."""
+    of rod 2, from states q (..., 2, 7): x = r + R(A) p̄ (Möller & Glocker 2012 eq. (32))."""
     q = jnp.asarray(q)
     return np.asarray(q[..., 0:3] + quat.rotate(q[..., 3:7], jnp.asarray(TIP)))
 
@@ -224,12 +224,14 @@ def fit_and_print(title, data, guess, args, segment_states0, shooting):
         data,
         dt=args.dt,
         free=FREE,
-        optimizer="lm",
+        solver=rbjax.LevenbergMarquardt(),
         integrator=INTEGRATOR,
         max_steps=args.max_steps,
-        shooting=shooting,
-        segment_states0=segment_states0,
-        continuity_weight=args.continuity_weight,
+        shooting=None
+        if shooting is None
+        else rbjax.Shooting(
+            shooting, continuity_weight=args.continuity_weight, states0=segment_states0
+        ),
     )
     wall = time.perf_counter() - t0
     print(f"{title}, {wall:.1f} s:\n{fit.summary()}")

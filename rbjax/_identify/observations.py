@@ -1,0 +1,369 @@
+"""Observations: measured quantities at the sample times (body points, orientations, velocities,
+angular velocities, joint reactions, any differentiable function of the state), validated at
+build time, with their whitened residuals (h(x) − y)/σ."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array
+
+from .. import _quaternion as quat
+from .._errors import fail
+from .._reactions import reactions
+from .._state import State
+
+
+def as_float(name: str, x) -> np.ndarray:
+    try:
+        return np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        fail(name, x, "is not an array of numbers", "pass a float array")
+        raise  # unreachable (fail raises); keeps type checkers content
+
+
+def _check_values(obj: str, values, width: int | None) -> np.ndarray:
+    v = as_float(f"{obj}.values", values)
+    if v.ndim != 2 or v.shape[0] < 1 or (width is not None and v.shape[1] != width):
+        want = f"(K, {width})" if width is not None else "(K, d)"
+        fail(
+            f"{obj}.values",
+            f"<array shape {v.shape}>",
+            f"is not a {want} array",
+            f"pass one row of {width if width is not None else 'd'} numbers per sample time",
+        )
+    return v
+
+
+def _check_sigma(obj: str, sigma, d: int) -> np.ndarray:
+    s = as_float(f"{obj}.sigma", sigma)
+    if s.shape not in ((), (d,)) or not np.all(np.isfinite(s)) or np.any(s <= 0):
+        fail(
+            f"{obj}.sigma",
+            sigma,
+            f"is not a positive finite scalar or a ({d},) vector of them",
+            "pass the noise standard deviation (> 0) in the observation's units",
+        )
+    return np.broadcast_to(s, (d,)).copy()
+
+
+def _check_mask(obj: str, mask, k: int) -> np.ndarray:
+    if mask is None:
+        return np.ones(k, dtype=bool)
+    m = np.asarray(mask)
+    if m.shape != (k,) or m.dtype != np.bool_:
+        fail(
+            f"{obj}.mask",
+            f"<{m.dtype} array shape {m.shape}>",
+            f"is not a boolean array of shape ({k},)",
+            "pass True where a sample exists and False where it is missing",
+        )
+    return m
+
+
+def _check_finite_rows(obj: str, v: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    ok = np.all(np.isfinite(v), axis=1) | ~mask
+    if not np.all(ok):
+        k = int(np.argmin(ok))
+        fail(
+            f"{obj}.values[{k}]",
+            v[k],
+            "is not finite at a sample that is not masked",
+            "set mask[k] = False for missing samples (their values are ignored)",
+        )
+    return np.where(np.isfinite(v), v, 0.0)
+
+
+def _check_body_key(obj: str, field: str, key) -> int | str:
+    if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer, str)):
+        fail(f"{obj}.{field}", key, "is not a name or an index", "pass a str name or an int")
+    return key if isinstance(key, str) else int(key)
+
+
+def _resolve(key: int | str, pool: tuple[str, ...], what: str, where: str) -> int:
+    """Index of ``key`` (name or index) in ``pool``; ValueError naming ``where`` otherwise."""
+    if isinstance(key, str):
+        if key not in pool:
+            fail(
+                where,
+                key,
+                f"is not the name of a {what} of the model (names: {list(pool)})",
+                f"use one of these names or an index in [0, {len(pool)})",
+            )
+        return pool.index(key)
+    if not 0 <= key < len(pool):
+        fail(
+            where,
+            key,
+            f"is not an index of the model's {len(pool)} {what}s",
+            f"use an index in [0, {len(pool)}) or a name from {list(pool)}",
+        )
+    return int(key)
+
+
+class AbstractObservation(eqx.Module):
+    """A measured quantity at the sample times.
+
+    ``values`` (K, m) the measurements (m = 4 for quaternions, else the residual width d),
+    ``sigma`` (d,) the noise standard deviation in the quantity's units, ``mask`` (K,) True
+    where a sample exists. Subclasses implement :meth:`predict` (or :meth:`error`) for a batch
+    of K states and :meth:`check` against the model.
+    """
+
+    values: eqx.AbstractVar[Array]
+    sigma: eqx.AbstractVar[Array]
+    mask: eqx.AbstractVar[Array]
+
+    @property
+    def dim(self) -> int:
+        """Residual components per sample."""
+        return int(np.shape(self.sigma)[0])
+
+    def check(self, model, state0: State, where: str) -> None:
+        """Build-time validation against the model (names, indices, joints)."""
+
+    @abc.abstractmethod
+    def predict(self, model, states: State) -> Array:
+        """Prediction (K, d) at the K states."""
+
+    def error(self, model, states: State) -> Array:
+        """Prediction − measurement (K, d), in the quantity's units."""
+        return self.predict(model, states) - self.values
+
+    def residual(self, model, states: State) -> Array:
+        """Whitened residual (prediction − measurement)/σ (K, d), 0 at masked samples."""
+        r = self.error(model, states) / self.sigma
+        return jnp.where(self.mask[:, None], r, 0.0)
+
+
+def _body_state(model, states: State, key, where: str):
+    b = _resolve(key, model.names, "body", where)
+    return states.q[:, b], states.u[:, b], b
+
+
+class _AbstractBodyObservation(AbstractObservation):
+    """An observation of one body (``body``: name or index), resolved against the model."""
+
+    body: eqx.AbstractVar[int | str]
+
+    def check(self, model, state0, where):
+        _resolve(self.body, model.names, "body", f"{where}.body")
+
+
+class Position(_AbstractBodyObservation):
+    """World position [m] of the body-fixed point ``point`` (body axes, from the centre of
+    mass) of ``body`` (name or index), a marker: x = r + s R(A) p̄ (Möller & Glocker 2012 eq. (32)).
+    ``values`` (K, 3), ``sigma`` scalar or (3,) [m]."""
+
+    values: Array
+    sigma: Array
+    mask: Array
+    body: int | str = eqx.field(static=True)
+    point: Array
+
+    def __init__(self, body, values, sigma, *, point=(0.0, 0.0, 0.0), mask=None):
+        v = _check_values("Position", values, 3)
+        m = _check_mask("Position", mask, v.shape[0])
+        p = as_float("Position.point", point)
+        if p.shape != (3,) or not np.all(np.isfinite(p)):
+            fail("Position.point", point, "is not 3 finite numbers", "pass (x, y, z) in m")
+        self.body = _check_body_key("Position", "body", body)
+        self.values = jnp.asarray(_check_finite_rows("Position", v, m))
+        self.sigma = jnp.asarray(_check_sigma("Position", sigma, 3))
+        self.mask = jnp.asarray(m)
+        self.point = jnp.asarray(p)
+
+    def predict(self, model, states):
+        q, _, _ = _body_state(model, states, self.body, "Position.body")
+        p = jnp.broadcast_to(self.point.astype(q.dtype), q[:, 0:3].shape)
+        return q[:, 0:3] + quat.transform(q[:, 3:7], p)
+
+
+class Orientation(_AbstractBodyObservation):
+    """Attitude of ``body`` as unit quaternions ``values`` (K, 4), scalar first, body → world.
+
+    The residual is the rotation vector [rad] of the relative rotation conj(y_k) ⊗ A(t_k),
+    2 log(·) (rbjax.quaternion.log: shortest branch, so q and −q are the same measurement, and
+    smooth at the identity); ``sigma`` scalar or (3,) [rad] per axis of that vector. Values
+    must be within 1e-3 of unit length (they are normalised)."""
+
+    values: Array
+    sigma: Array
+    mask: Array
+    body: int | str = eqx.field(static=True)
+
+    def __init__(self, body, values, sigma, *, mask=None):
+        v = _check_values("Orientation", values, 4)
+        m = _check_mask("Orientation", mask, v.shape[0])
+        v = _check_finite_rows("Orientation", v, m)
+        norm = np.linalg.norm(v, axis=1)
+        bad = m & (np.abs(norm - 1.0) > 1e-3)
+        if np.any(bad):
+            k = int(np.argmax(bad))
+            fail(
+                f"Orientation.values[{k}]",
+                v[k],
+                f"has norm {norm[k]:.6g}, not a unit quaternion",
+                "pass unit quaternions, scalar first (a0, a1, a2, a3); scipy's as_quat() is "
+                "scalar last: use q[..., [3, 0, 1, 2]]",
+            )
+        v = np.where(m[:, None], v / np.where(norm > 0, norm, 1.0)[:, None], [1.0, 0, 0, 0])
+        self.body = _check_body_key("Orientation", "body", body)
+        self.values = jnp.asarray(v)
+        self.sigma = jnp.asarray(_check_sigma("Orientation", sigma, 3))
+        self.mask = jnp.asarray(m)
+
+    def predict(self, model, states):
+        q, _, _ = _body_state(model, states, self.body, "Orientation.body")
+        return q[:, 3:7]
+
+    def error(self, model, states):
+        return rotvec_between(self.values.astype(states.q.dtype), self.predict(model, states))
+
+
+class AngularVelocity(_AbstractBodyObservation):
+    """Angular velocity [rad/s] of ``body``: ``frame="body"`` (body axes, a gyroscope) or
+    ``"world"``. From the state's ω (Möller & Glocker 2012 eq. (37)): the body-frame angular velocity for a
+    rigid body, ω/s for a scalable one (eq. (49)); world = R(A) × body. values (K, 3)."""
+
+    values: Array
+    sigma: Array
+    mask: Array
+    body: int | str = eqx.field(static=True)
+    frame: str = eqx.field(static=True)
+
+    def __init__(self, body, values, sigma, *, frame="body", mask=None):
+        if frame not in ("body", "world"):
+            fail("AngularVelocity.frame", frame, "is not 'body' or 'world'", "pass one of them")
+        v = _check_values("AngularVelocity", values, 3)
+        m = _check_mask("AngularVelocity", mask, v.shape[0])
+        self.body = _check_body_key("AngularVelocity", "body", body)
+        self.frame = frame
+        self.values = jnp.asarray(_check_finite_rows("AngularVelocity", v, m))
+        self.sigma = jnp.asarray(_check_sigma("AngularVelocity", sigma, 3))
+        self.mask = jnp.asarray(m)
+
+    def predict(self, model, states):
+        q, u, b = _body_state(model, states, self.body, "AngularVelocity.body")
+        w = u[:, 4:7]
+        if model.scalable[b]:
+            w = w / jnp.sum(q[:, 3:7] ** 2, axis=-1, keepdims=True)
+        return w if self.frame == "body" else quat.rotate(q[:, 3:7], w)
+
+
+class Velocity(_AbstractBodyObservation):
+    """World velocity [m/s] of the centre of mass of ``body``. values (K, 3)."""
+
+    values: Array
+    sigma: Array
+    mask: Array
+    body: int | str = eqx.field(static=True)
+
+    def __init__(self, body, values, sigma, *, mask=None):
+        v = _check_values("Velocity", values, 3)
+        m = _check_mask("Velocity", mask, v.shape[0])
+        self.body = _check_body_key("Velocity", "body", body)
+        self.values = jnp.asarray(_check_finite_rows("Velocity", v, m))
+        self.sigma = jnp.asarray(_check_sigma("Velocity", sigma, 3))
+        self.mask = jnp.asarray(m)
+
+    def predict(self, model, states):
+        _, u, _ = _body_state(model, states, self.body, "Velocity.body")
+        return u[:, 0:3]
+
+
+class ReactionForce(AbstractObservation):
+    """Reaction force [N] (``torque=True``: torque [N m] about the joint point) that ``joint``
+    (name or index) exerts on its body ``side`` ("i" or "j"), in the ``"world"`` frame or that
+    body's ``"joint"`` frame, from :func:`rbjax.reactions` (the multipliers of the equations of
+    motion, Möller & Glocker 2012 eq. (81)). values (K, 3)."""
+
+    values: Array
+    sigma: Array
+    mask: Array
+    joint: int | str = eqx.field(static=True)
+    side: str = eqx.field(static=True)
+    frame: str = eqx.field(static=True)
+    torque: bool = eqx.field(static=True)
+
+    def __init__(self, joint, values, sigma, *, side="j", frame="world", torque=False, mask=None):
+        if side not in ("i", "j"):
+            fail("ReactionForce.side", side, "is not 'i' or 'j'", "pass side='i' or 'j'")
+        if frame not in ("world", "joint"):
+            fail("ReactionForce.frame", frame, "is not 'world' or 'joint'", "pass one of them")
+        if not isinstance(torque, (bool, np.bool_)):
+            fail("ReactionForce.torque", torque, "is not a bool", "pass True or False")
+        v = _check_values("ReactionForce", values, 3)
+        m = _check_mask("ReactionForce", mask, v.shape[0])
+        self.joint = _check_body_key("ReactionForce", "joint", joint)
+        self.side, self.frame, self.torque = side, frame, bool(torque)
+        self.values = jnp.asarray(_check_finite_rows("ReactionForce", v, m))
+        self.sigma = jnp.asarray(_check_sigma("ReactionForce", sigma, 3))
+        self.mask = jnp.asarray(m)
+
+    def check(self, model, state0, where):
+        if not model.joints:
+            fail(
+                f"{where}.joint",
+                self.joint,
+                "observes a joint reaction but the model has no joints",
+                "add the joint to the model (Model(..., joints=[...])) or remove this observation",
+            )
+        _resolve(self.joint, model.joint_names, "joint", f"{where}.joint")
+
+    def predict(self, model, states):
+        k = _resolve(self.joint, model.joint_names, "joint", "ReactionForce.joint")
+        rx = reactions(model, states)
+        name = ("torque" if self.torque else "force") + f"_{self.side}"
+        name += "_joint" if self.frame == "joint" else ""
+        return getattr(rx, name)[:, k]
+
+
+class Custom(AbstractObservation):
+    """Any differentiable ``fn(model, state) -> (d,)`` of ONE state (``state.q`` (nb, 7));
+    ``values`` (K, d), ``sigma`` scalar or (d,) in fn's units. ``fn`` is static: pass a
+    module-level function (or the same object each time) to reuse compiled code."""
+
+    values: Array
+    sigma: Array
+    mask: Array
+    fn: Callable = eqx.field(static=True)
+
+    def __init__(self, fn, values, sigma, *, mask=None):
+        if not callable(fn):
+            fail("Custom.fn", fn, "is not callable", "pass fn(model, state) -> array (d,)")
+        v = _check_values("Custom", values, None)
+        m = _check_mask("Custom", mask, v.shape[0])
+        self.fn = fn
+        self.values = jnp.asarray(_check_finite_rows("Custom", v, m))
+        self.sigma = jnp.asarray(_check_sigma("Custom", sigma, v.shape[1]))
+        self.mask = jnp.asarray(m)
+
+    def check(self, model, state0, where):
+        try:
+            out = jax.eval_shape(self.fn, model, state0)
+        except Exception as e:  # noqa: BLE001 - report any failure of the user's function
+            fail(f"{where}.fn", self.fn, f"fails on (model, state0): {e!r}", "fix the function")
+            raise
+        shape = getattr(out, "shape", None)
+        if shape != (self.dim,):
+            fail(
+                f"{where}.fn",
+                self.fn,
+                f"returns shape {shape} for one state, not ({self.dim},) as values has",
+                "return a 1-D array with one entry per column of values",
+            )
+
+    def predict(self, model, states):
+        return jax.vmap(lambda s: jnp.asarray(self.fn(model, s)))(states)
+
+
+def rotvec_between(a, b):
+    """Rotation vector [rad] of conj(a) ⊗ b for quaternions (..., 4): sign- and
+    scale-invariant (quaternion.log takes the shortest branch and atan2 of the parts)."""
+    return 2.0 * quat.log(quat.mul(quat.conjugate(a), b))
