@@ -5,7 +5,7 @@ One explicit public surface; the implementation lives in private modules. Quater
 :mod:`rbjax.quaternion`; low-level names: :mod:`rbjax.advanced`.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+import importlib.metadata as _metadata
 
 from . import advanced as advanced, quaternion as quaternion
 from ._analysis.assembly import assemble as assemble
@@ -44,14 +44,17 @@ from ._forces import (
     Wrench as Wrench,
 )
 from ._identify import (
+    LBFGS as LBFGS,
     AbstractObservation as AbstractObservation,
     AngularVelocity as AngularVelocity,
     Custom as Custom,
     IdentificationResult as IdentificationResult,
+    LevenbergMarquardt as LevenbergMarquardt,
     Measurements as Measurements,
     Orientation as Orientation,
     Position as Position,
     ReactionForce as ReactionForce,
+    Shooting as Shooting,
     Velocity as Velocity,
     identify as identify,
     residuals as residuals,
@@ -91,6 +94,6 @@ from ._state import State as State, make_state as make_state
 from ._step import step as step
 
 try:
-    __version__ = version("rbjax")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
+    __version__ = _metadata.version("rbjax")
+except _metadata.PackageNotFoundError:  # pragma: no cover - a source tree, not installed
     __version__ = "0+unknown"

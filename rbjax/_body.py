@@ -1,4 +1,4 @@
-"""Bodies: mass and central inertia, validated once at build time (seed 000, eqs. (62)-(64))."""
+"""Bodies: mass and central inertia, validated once at build time (Möller & Glocker 2012, eqs. (62)-(64))."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def validate_inertia(field: str, inertia) -> None:
 class Body(eqx.Module):
     """One body: mass ``m`` [kg] and inertia Θ about its centre of mass in body axes [kg m²].
 
-    ``scalable=True`` declares a Möller–Glocker scalable body (seed 000 §4–6): three
+    ``scalable=True`` declares a Möller–Glocker scalable body (Möller & Glocker 2012 §4–6): three
     translations, three rotations and one uniform scaling, with no unit-length constraint. A
     rigid body (the default) is the same body plus the perfect constraint |A|² = 1 (eq. (77)).
     """

@@ -1,8 +1,8 @@
-"""The four basic geometric constraints of ME751 (seed 004) with driving functions f(t).
+"""The four basic geometric constraints of ME751 (Negrut ME751) with driving functions f(t).
 
 Each constraint relates body i and body j of a system (either may be ``GROUND`` = −1: the
 world frame, r = 0, p = (1, 0, 0, 0)). With the orientation matrix A(p) = E(p) G(p)ᵀ of seed
-004 (the quaternion transform of seed 000 eq. (27), which equals R for unit p):
+004 (the quaternion transform of Möller & Glocker 2012 eq. (27), which equals R for unit p):
 
 =====  ==========================================  =========================================
 name   residual Φ(q_i, q_j, t)                     meaning (f ≡ 0)
@@ -16,7 +16,7 @@ CD     cᵀ d_ij − f(t)                                coordinate difference a
 with d_ij = r_j + A_j s̄_j^Q − r_i − A_i s̄_i^P. Nobody hand-derives a Jacobian: Φ_q comes from
 ``jax.jacfwd`` and the acceleration right-hand side γ from nested ``jax.jvp`` of the residual
 alone (:func:`constraint_jacobian`, :func:`constraint_gamma`), so a user constraint is any JAX
-function of (q_i, q_j, t). The seed-004 formulas with B(p, s̄) matrices are kept in the tests.
+function of (q_i, q_j, t). The ME751 formulas with B(p, s̄) matrices are kept in the tests.
 """
 
 import abc
@@ -128,12 +128,12 @@ def axis(q, a):
 
 
 def _points(qi, qj, si, sj):
-    """d_ij = r_j + A_j s̄_j − r_i − A_i s̄_i (seed 004)."""
+    """d_ij = r_j + A_j s̄_j − r_i − A_i s̄_i (Negrut ME751)."""
     return point(qj, sj) - point(qi, si)
 
 
 class DP1(AbstractConstraint):
-    """Φ^DP1 = āᵢᵀ Aᵢᵀ Aⱼ āⱼ − f(t) (seed 004): the dot product of two body-fixed vectors."""
+    """Φ^DP1 = āᵢᵀ Aᵢᵀ Aⱼ āⱼ − f(t) (Negrut ME751): the dot product of two body-fixed vectors."""
 
     _vectorised: ClassVar[bool] = True
     body_i: int | str = eqx.field(static=True)
@@ -154,7 +154,7 @@ class DP1(AbstractConstraint):
 
 
 class DP2(AbstractConstraint):
-    """Φ^DP2 = āᵢᵀ Aᵢᵀ d_ij − f(t) (seed 004)."""
+    """Φ^DP2 = āᵢᵀ Aᵢᵀ d_ij − f(t) (Negrut ME751)."""
 
     _vectorised: ClassVar[bool] = True
     body_i: int | str = eqx.field(static=True)
@@ -181,7 +181,7 @@ class DP2(AbstractConstraint):
 
 
 class D(AbstractConstraint):
-    """Φ^D = d_ijᵀ d_ij − f(t) (seed 004): squared distance between two body points."""
+    """Φ^D = d_ijᵀ d_ij − f(t) (Negrut ME751): squared distance between two body points."""
 
     _vectorised: ClassVar[bool] = True
     body_i: int | str = eqx.field(static=True)
@@ -206,7 +206,7 @@ class D(AbstractConstraint):
 
 
 class CD(AbstractConstraint):
-    """Φ^CD = cᵀ d_ij − f(t) (seed 004): a coordinate difference along the world vector c."""
+    """Φ^CD = cᵀ d_ij − f(t) (Negrut ME751): a coordinate difference along the world vector c."""
 
     _vectorised: ClassVar[bool] = True
     body_i: int | str = eqx.field(static=True)
@@ -252,7 +252,7 @@ def constraint_residual(con: AbstractConstraint, q: Float[Array, "nb 7"], t) -> 
 def constraint_jacobian(
     con: AbstractConstraint, q: Float[Array, "nb 7"], t
 ) -> Float[Array, "m nb 7"]:
-    """Φ_q = ∂Φ/∂q by ``jax.jacfwd`` (the δp flavour of seed 004: columns per (r_k, p_k))."""
+    """Φ_q = ∂Φ/∂q by ``jax.jacfwd`` (the δp flavour of Negrut ME751: columns per (r_k, p_k))."""
     return jax.jacfwd(lambda qq: constraint_residual(con, qq, t))(q)
 
 
@@ -280,7 +280,7 @@ def constraint_jacobian_pi(
     con: AbstractConstraint, q: Float[Array, "nb 7"], t
 ) -> Float[Array, "m nb 6"]:
     """[Φ_r, Φ_π̄]: the Jacobian with respect to virtual translations and body-frame virtual
-    rotations δπ̄ (the δπ̄ flavour of seed 004), for unit quaternions.
+    rotations δπ̄ (the δπ̄ flavour of Negrut ME751), for unit quaternions.
 
     A virtual rotation moves p by δp = ½ p (0, δπ̄) = ½ G(p)ᵀ δπ̄, so Φ_π̄ = ½ Φ_p G(p)ᵀ. It is
     obtained by autodiff (one jvp per direction), never from per-constraint formulas.

@@ -7,12 +7,12 @@ Every formulation maps (model, t, q, u) to (q̇, u̇, λ) in the one state conve
 =====================  ==========================================  ===============================
 formulation            equations                                   λ returned
 =====================  ==========================================  ===============================
-ScalableDAE, scalable  seed 000 eq. (93) with λ = 0, no constraint 0 (7-DOF scalable body)
+ScalableDAE, scalable  Möller & Glocker 2012 eq. (93) with λ = 0, no constraint 0 (7-DOF scalable body)
 ScalableDAE, rigid     eq. (93) + perfect constraint |A|² = 1      scaling force, = eq. (96)
                        (eqs. (77)-(82)); W = e_ν, γ = 0 (checked
                        against autodiff of c)
 NewtonEuler            eq. (95): Θω̇ + ω̃Θω = M_C, Ȧ = ½A(0,ω)      eq. (96) evaluated
-UdwadiaSchutte(J0)     seed 001 eqs. (39), (43)-(45): M_u = 4EᵀJE,  quaternion multiplier μ with
+UdwadiaSchutte(J0)     Udwadia & Schutte 2010 eqs. (39), (43)-(45): M_u = 4EᵀJE,  quaternion multiplier μ with
                        fundamental equation, Moore–Penrose inverse  Q_c = 2pμ (depends on J0)
 =====================  ==========================================  ===============================
 
@@ -34,6 +34,7 @@ from ._engine import dynamics as dyn, kernels as cf
 from ._engine.forces import total_resultants
 from ._engine.layout import inertia_components, per_system, to_components
 from ._engine.mass import half_trace
+from ._errors import validates_inputs
 from ._state import State
 
 # ------------------------------------------------------------------------ formulations
@@ -45,7 +46,7 @@ class AbstractFormulation(eqx.Module):
     To write one, subclass this and implement, in the natural layout:
 
     * :meth:`kinematics` ``(q, u) -> q̇`` for one body, q, u (7,): the map q̇ = Q⁻¹(q) u
-      between generalized velocities and coordinate rates (seed 000 eq. (85));
+      between generalized velocities and coordinate rates (Möller & Glocker 2012 eq. (85));
     * :meth:`derivatives` ``(model, t, state) -> (q̇, u̇, λ)`` for ONE system, state.q, state.u
       (nb, 7): the coordinate rates, the accelerations and the multipliers λ (nb + m,).
 
@@ -60,11 +61,11 @@ class AbstractFormulation(eqx.Module):
         """Raise ValueError at build time if this formulation cannot run ``model``."""
 
     @abc.abstractmethod
-    def kinematics(self, q, u):
+    def kinematics(self, q, u) -> Array:
         """q̇ of one body (or any leading axes): q, u (..., 7) -> (..., 7)."""
 
     @abc.abstractmethod
-    def derivatives(self, model, t, state: State):
+    def derivatives(self, model, t, state: State) -> tuple[Array, Array, Array]:
         """(q̇ (nb, 7), u̇ (nb, 7), λ) of one system (built-ins: any leading batch axes)."""
 
     def _engine_kinematics(self, q, u):
@@ -104,7 +105,7 @@ def _rigid_only(name, model):
 
 
 class ScalableDAE(AbstractFormulation):
-    """Möller–Glocker's scalable body in generalized velocities (seed 000, eq. (93)).
+    """Möller–Glocker's scalable body in generalized velocities (Möller & Glocker 2012, eq. (93)).
 
     Each body has 7 velocities u = (v, ν, ω) and the constant regular mass matrix
     M = diag(mI, ½trΘ, Θ) (eq. (64)):
@@ -140,7 +141,7 @@ class ScalableDAE(AbstractFormulation):
 
 
 class NewtonEuler(AbstractFormulation):
-    """Newton–Euler equations of a rigid body (seed 000, eq. (95)):
+    """Newton–Euler equations of a rigid body (Möller & Glocker 2012, eq. (95)):
 
         m v̇ = F,   Θ ω̇ + ω̃ Θ ω = M_C,   ṙ = v,   Ȧ = ½ A (0, ω),
 
@@ -165,11 +166,12 @@ class NewtonEuler(AbstractFormulation):
         return dyn.newton_euler_derivatives(model, t, q, u)
 
 
+@validates_inputs
 class UdwadiaSchutte(AbstractFormulation):
-    """Udwadia–Schutte quaternion equations via the fundamental equation (seed 001).
+    """Udwadia–Schutte quaternion equations via the fundamental equation (Udwadia & Schutte 2010).
 
     The rotational coordinates p = A are treated as unconstrained with the positive definite
-    M_u = 4EᵀJE, J = diag(J0, Θ) for an ARBITRARY J0 > 0 (seed 001, eqs. (4), (10); Θ may be
+    M_u = 4EᵀJE, J = diag(J0, Θ) for an ARBITRARY J0 > 0 (Udwadia & Schutte 2010, eqs. (4), (10); Θ may be
     a full inertia, which generalises diag(J1, J2, J3)). The impressed force is
     Q = −8ĖᵀJEṗ − 4J0 N(ṗ) p + 2EᵀΓ_B (eqs. (39), (43)-(44)) and the unit-norm constraint
     pᵀp̈ = −N(ṗ) (eq. (11)) is enforced by the fundamental equation of constrained motion with
@@ -219,7 +221,7 @@ def accelerations(model, state):
 
 
 def mass_matrix(model):
-    """M = diag(mI, ½trΘ, Θ) per body, shape (..., nb, 7, 7) (seed 000, eq. (64))."""
+    """M = diag(mI, ½trΘ, Θ) per body, shape (..., nb, 7, 7) (Möller & Glocker 2012, eq. (64))."""
     m = model.mass
     dtype = model.inertia.dtype
     out = jnp.zeros(m.shape + (7, 7), dtype)
@@ -229,7 +231,7 @@ def mass_matrix(model):
 
 
 def scaling_force_closed_form(model, state):
-    """λ = −ωᵀΘω − S_C (seed 000, eq. (96)), the scaling constraint force of a rigid body."""
+    """λ = −ωᵀΘω − S_C (Möller & Glocker 2012, eq. (96)), the scaling constraint force of a rigid body."""
     t, q, u = to_components(state)
     res = total_resultants(model, t, q, u)
     th = inertia_components(model)
@@ -238,14 +240,14 @@ def scaling_force_closed_form(model, state):
 
 
 def velocity_transform(q):
-    """Q(q) of seed 000 eq. (38), u = Q q̇: blockdiag(I, 2φ(A*)); q (..., 7) -> (..., 7, 7)."""
+    """Q(q) of Möller & Glocker 2012 eq. (38), u = Q q̇: blockdiag(I, 2φ(A*)); q (..., 7) -> (..., 7, 7)."""
     out = jnp.zeros(q.shape + (7,), q.dtype)
     out = out.at[..., 0:3, 0:3].set(jnp.eye(3, dtype=q.dtype))
     return out.at[..., 3:7, 3:7].set(2.0 * quat.phi(quat.conjugate(q[..., 3:7])))
 
 
 def velocity_transform_inverse(q):
-    """Q⁻¹(q) of seed 000 eq. (85): blockdiag(I, φ(A) / (2|A|²))."""
+    """Q⁻¹(q) of Möller & Glocker 2012 eq. (85): blockdiag(I, φ(A) / (2|A|²))."""
     a = q[..., 3:7]
     out = jnp.zeros(q.shape + (7,), q.dtype)
     out = out.at[..., 0:3, 0:3].set(jnp.eye(3, dtype=q.dtype))

@@ -1,4 +1,4 @@
-"""Applied forces as a wrench per body: (F, S_C, M_C) (seed 000, eqs. (75)-(76)).
+"""Applied forces as a wrench per body: (F, S_C, M_C) (Möller & Glocker 2012, eqs. (75)-(76)).
 
 Every force reduces to three resultants for each body i, a :class:`Wrench`:
 
@@ -7,11 +7,11 @@ Every force reduces to three resultants for each body i, a :class:`Wrench`:
 * ``moment_body`` M_C -- resultant moment about the centre of mass, body frame,
   M_C = ∫ ϱ̃ Rᵀ dF [N m].
 
-They enter the equations of motion in generalized velocities directly (seed 000, eq. (92)).
+They enter the equations of motion in generalized velocities directly (Möller & Glocker 2012, eq. (92)).
 All forces are differentiable in their parameters. Concrete forces are final classes; write a
 new force by subclassing :class:`AbstractForce` or, most simply, with :class:`ForceFunction`.
 
-Forces between two bodies (ME751 TSDA/RSDA, seed 004): :class:`TranslationalSpringDamper`
+Forces between two bodies (ME751 TSDA/RSDA, Negrut ME751): :class:`TranslationalSpringDamper`
 and :class:`RotationalSpringDamper`; either side may be ``GROUND``.
 """
 
@@ -30,13 +30,13 @@ from jaxtyping import Array, Float
 from . import _quaternion as quat
 from ._constraints import GROUND, _vec
 from ._engine import forces as kernels
-from ._errors import check_finite, check_shape, fail, is_concrete
+from ._errors import check_finite, check_shape, fail, is_concrete, validates_inputs
 from ._joints import _perpendicular, _rot_np, _unit
 from ._state import State
 
 
 class Wrench(eqx.Module):
-    """The resultants of a force on every body of ONE system (seed 000, eq. (75)):
+    """The resultants of a force on every body of ONE system (Möller & Glocker 2012, eq. (75)):
     ``force_world`` (nb, 3) [N], ``scaling`` S_C (nb,) [N m], ``moment_body`` M_C (nb, 3) [N m]
     about each centre of mass in body axes. :meth:`zeros` and :meth:`add_point_force` /
     :meth:`add` build one body at a time."""
@@ -64,7 +64,7 @@ class Wrench(eqx.Module):
 
     def add_point_force(self, body: int, attitude, point_body, force_world) -> Wrench:
         """Add the world force f acting at the material point ϱ (body axes, from the centre of
-        mass) of ``body`` with quaternion ``attitude`` (seed 000, eq. (75)):
+        mass) of ``body`` with quaternion ``attitude`` (Möller & Glocker 2012, eq. (75)):
         F = f,  S_C = ϱᵀ Rᵀ f,  M_C = ϱ × Rᵀ f."""
         force_body = quat.rotate_inverse(attitude, force_world)
         return self.add(
@@ -77,7 +77,7 @@ class Wrench(eqx.Module):
     def add_couple(self, body: int, attitude, torque_world) -> Wrench:
         """Add a pure couple τ (world frame) on ``body``: F = 0, S_C = 0, M_C = Rᵀ τ / s, with
         s = |A|² (1 for a rigid body); the 1/s makes M_C conjugate to ω, the body angular
-        velocity scaled by s (seed 000, eq. (49))."""
+        velocity scaled by s (Möller & Glocker 2012, eq. (49))."""
         moment_body = quat.rotate_inverse(attitude, torque_world) / quat.norm2(attitude)
         return self.add(body, moment_body=moment_body)
 
@@ -112,7 +112,7 @@ class AbstractForce(eqx.Module):
 
 
 class PointForce(AbstractForce):
-    """A constant world-frame force acting at a material point of one body (seed 000, eq. (75)).
+    """A constant world-frame force acting at a material point of one body (Möller & Glocker 2012, eq. (75)).
 
     ``point_body`` is ϱ, the point in body axes relative to the centre of mass in the reference
     configuration. For a rigid body the moment is M_C = ϱ x (Rᵀ f); for a scalable body the
@@ -169,6 +169,7 @@ class BodyTorque(AbstractForce):
         return kernels.body_torque(self, model, t, q, u)
 
 
+@validates_inputs
 class ForceFunction(AbstractForce):
     """A user force law ``fn(t, state, params) -> (F, S_C, M_C)``.
 
@@ -241,9 +242,10 @@ def _actuator(name: str, h):
     return h
 
 
+@validates_inputs
 class TranslationalSpringDamper(AbstractForce):
     """Translational spring–damper–actuator (TSDA) between two body points (ME751 TSDA/RSDA,
-    seed 004).
+    Negrut ME751).
 
     The points are s̄_i on body i and s̄_j on body j (body axes, relative to each centre of
     mass; for ``GROUND`` a world point). With P = r + A s̄ (A s̄ = s R s̄, the same material
@@ -254,7 +256,7 @@ class TranslationalSpringDamper(AbstractForce):
 
     and the force +f e acts on body i at s̄_i and −f e on body j at s̄_j: a stretched spring
     (f > 0) pulls the two points together. Each is reduced to resultants exactly as a
-    :class:`PointForce` (seed 000, eq. (75)). The point velocities Ṗ are jvps of P(q) along the
+    :class:`PointForce` (Möller & Glocker 2012, eq. (75)). The point velocities Ṗ are jvps of P(q) along the
     model formulation's q̇ = kinematics(q, u), so l̇ is exact for every formulation and for
     scalable bodies.
 
@@ -371,9 +373,10 @@ class TranslationalSpringDamper(AbstractForce):
         return kernels.tsda(self, model, t, q, u)
 
 
+@validates_inputs
 class RotationalSpringDamper(AbstractForce):
     """Rotational spring–damper–actuator (RSDA) about a revolute-like axis (ME751 TSDA/RSDA,
-    seed 004).
+    Negrut ME751).
 
     ``axis_i`` ā_i, ``axis_j`` ā_j are the joint axis in body i and body j axes; ``ref_i``,
     ``ref_j`` are reference directions ⟂ to it in the same body axes (``GROUND``: world axes).
@@ -383,7 +386,7 @@ class RotationalSpringDamper(AbstractForce):
         θ = atan2(zᵀ (x_i × x_j), x_iᵀ x_j),     θ̇ = zᵀ (ω_j − ω_i),
 
     with ω = R ω̄ / s the world angular velocity of each body (ω̄ the velocity u[4:7], which
-    is the body angular velocity scaled by s = |A|², seed 000 eq. (49); s = 1 for rigid
+    is the body angular velocity scaled by s = |A|², Möller & Glocker 2012 eq. (49); s = 1 for rigid
     bodies). The torque magnitude is
 
         τ = −[k (θ − θ0) + c θ̇] + h(t, θ, θ̇)      [N m],

@@ -159,7 +159,7 @@ class ImplicitMidpoint(AbstractIntegrator):
         c(q_{n+1})                                             = 0,
 
     for (q_{n+1}, u_{n+1}, Λ), where a is the unconstrained scalable-body acceleration of
-    seed 000 eq. (93), W = c_q Q⁻¹ (= e_ν for the normalisation constraint, see
+    Möller & Glocker 2012 eq. (93), W = c_q Q⁻¹ (= e_ν for the normalisation constraint, see
     ScalableDAE.normalisation_jacobian) and Λ ≈ h λ is the constraint impulse. For the
     normalisation constraint, c_q(q_m)(q_{n+1} − q_n) = |A_{n+1}|² − |A_n|² exactly (the
     midpoint is the discrete gradient of a quadratic), so the constraint force does no discrete

@@ -1,9 +1,9 @@
-"""Joints: the basic constraints of seed 004 composed into the usual kinematic pairs.
+"""Joints: the basic constraints of Negrut ME751 composed into the usual kinematic pairs.
 
 Every joint connects a joint frame on body i, (s̄_i; x̄_i, ȳ_i, z̄_i), to one on body j,
 (s̄_j; x̄_j, ȳ_j, z̄_j), all in body axes, with ȳ = z̄ × x̄. z̄ is the joint axis (hinge axis,
 slider direction). With the world vectors a = A ā and d_ij = r_j + A_j s̄_j − r_i − A_i s̄_i
-the residuals are (ME751, seed 004 "joints from basic constraints"):
+the residuals are (ME751, Negrut ME751 "joints from basic constraints"):
 
 ==============  ====  =======================================================================
 joint           rows  residual (each line one basic constraint)
@@ -165,13 +165,13 @@ class AbstractJoint(AbstractConstraint):
 
 
 def _rot_np(a):
-    """R(A) of a unit quaternion as a NumPy matrix (build-time helper; seed 000 eq. (23))."""
+    """R(A) of a unit quaternion as a NumPy matrix (build-time helper; Möller & Glocker 2012 eq. (23))."""
     with jax.ensure_compile_time_eval():  # works inside jit too: the data are constants
         return np.asarray(quat.rotation_matrix(jnp.asarray(a, dtype=float)))
 
 
 class Spherical(AbstractJoint):
-    """Ball joint: the two joint points coincide, d_ij = 0 (3 rows; 3 × CD of seed 004)."""
+    """Ball joint: the two joint points coincide, d_ij = 0 (3 rows; 3 × CD of Negrut ME751)."""
 
     _vectorised: ClassVar[bool] = True
 
@@ -180,7 +180,7 @@ class Spherical(AbstractJoint):
 
 
 class Revolute(AbstractJoint):
-    """Hinge about z: d_ij = 0 and z_i ⟂ x_j, y_j (5 rows: 3 CD + 2 DP1 of seed 004)."""
+    """Hinge about z: d_ij = 0 and z_i ⟂ x_j, y_j (5 rows: 3 CD + 2 DP1 of Negrut ME751)."""
 
     _vectorised: ClassVar[bool] = True
 
@@ -269,7 +269,7 @@ class PointOnLine(AbstractJoint):
 
 
 class Distance(AbstractJoint):
-    """|P_j − P_i| = L: d_ijᵀ d_ij − L² = 0 (1 row; D of seed 004). ``length`` [m] is a
+    """|P_j − P_i| = L: d_ijᵀ d_ij − L² = 0 (1 row; D of Negrut ME751). ``length`` [m] is a
     differentiable leaf."""
 
     _vectorised: ClassVar[bool] = True

@@ -18,12 +18,13 @@ from jaxtyping import Array, Float
 from ._body import Body
 from ._constraints import AbstractConstraint
 from ._dynamics import AbstractFormulation, ScalableDAE
-from ._errors import check_finite, check_shape, fail, is_concrete
+from ._errors import check_finite, check_shape, fail, is_concrete, validates_inputs
 from ._forces import AbstractForce
 from ._state import State
 from ._topology import GROUND, Topology, group_joints
 
 
+@validates_inputs
 class Model(eqx.Module):
     """A system of nb bodies (one body is the case nb = 1).
 
@@ -138,7 +139,7 @@ class Model(eqx.Module):
 
     @property
     def scalable(self) -> tuple[bool, ...]:
-        """Which bodies are scalable (seed 000 §4), in body order."""
+        """Which bodies are scalable (Möller & Glocker 2012 §4), in body order."""
         return self.topology.scalable
 
     @property
@@ -191,7 +192,7 @@ class Model(eqx.Module):
                 fail(
                     f"State.u[{', '.join(map(str, where))}, 3] (scaling rate ν of rigid body '{self.names[i]}')",
                     nu[where],
-                    "is not 0: a rigid body cannot change size (ν = ds/dt = 0, seed 000 eq. (94))",
+                    "is not 0: a rigid body cannot change size (ν = ds/dt = 0, Möller & Glocker 2012 eq. (94))",
                     "set nu=0 for rigid bodies, or declare the body scalable=True",
                 )
         return state

@@ -222,7 +222,7 @@ class PrincipalInertia(eqx.Module):
     (≈ −27.6 + log(Σ₁+Σ₂+Σ₃)) and the moments are reproduced to 1e-12 · ½ tr Θ.
 
     Ratios: torque-free motion determines only the ratios of the moments (a uniform scaling of
-    Θ leaves ω(t) unchanged, seed 000 eq. (93) with zero load). :attr:`ratios` divides by
+    Θ leaves ω(t) unchanged, Möller & Glocker 2012 eq. (93) with zero load). :attr:`ratios` divides by
     ½ tr Θ rather than by the largest moment because that is smooth everywhere (the maximum has
     a kink where two moments cross, e.g. at every axisymmetric body); the ratios lie in (0, 1]
     and sum to 2. A fit of torque-free data leaves the scale undetermined; ``rbjax.identify``

@@ -1,15 +1,15 @@
-"""Pure-functional quaternion algebra (seed 000, Sects. 2-3; seed 004, E/G/B matrices).
+"""Pure-functional quaternion algebra (Möller & Glocker 2012, Sects. 2-3; Negrut ME751, E/G/B matrices).
 
 Layout and conventions
 ----------------------
 * A quaternion is an array of shape ``(..., 4)``, scalar FIRST: ``(a0, a1, a2, a3) = (a0, a)``
-  (seed 000, eq. (1)). Vectors are ``(..., 3)``, matrices ``(..., m, n)``. All leading axes
+  (Möller & Glocker 2012, eq. (1)). Vectors are ``(..., 3)``, matrices ``(..., m, n)``. All leading axes
   broadcast against each other with the usual NumPy rules.
 * Every function is pure, side-effect free and valid under ``jit``, ``vmap``, ``grad`` and
-  ``jvp``. Wherever seed 000 holds for NON-unit quaternions (products, conjugate, norm,
+  ``jvp``. Wherever Möller & Glocker 2012 holds for NON-unit quaternions (products, conjugate, norm,
   inverse, phi, the rotation R and scale s = |A|^2 of eq. (23)), so do these functions.
 * The arithmetic is NOT re-implemented here: each function moves the small component axis
-  to the front, calls the component-first kernel of :mod:`rbjax._cf` (or a private
+  to the front, calls the component-first kernel of ``rbjax/_engine/kernels.py`` (or a private
   component-first kernel defined in this module for formulas ``_cf`` does not have), and
   moves the axis back. There is exactly one implementation of each formula.
 * Functions with a removable singularity (``norm``, ``exp``, ``log``, ``slerp``,
@@ -28,7 +28,7 @@ Sign conventions worth knowing
 * ``log`` returns the SHORTEST branch (the sign of A is chosen so that a0 >= 0), so
   ``|log(A)| <= pi/2`` and ``2 log(A)`` is the rotation vector with angle in [0, pi].
   Consequently ``exp(log(A)) = ±A`` and ``log(exp(v)) = v`` for ``|v| < pi/2``.
-* seed 004's matrix ``A(p) = E(p) G(p)^T`` equals ``s R`` for a non-unit ``p`` (it is the
+* ME751's matrix ``A(p) = E(p) G(p)^T`` equals ``s R`` for a non-unit ``p`` (it is the
   *transform* matrix, not the pure rotation), and ``B(p, s̄)`` is its exact Jacobian
   ``∂(E G^T s̄)/∂p``.
 """
@@ -102,7 +102,7 @@ def _safe_sqrt(x: Array) -> Array:
 
 
 def _skew_cf(x):
-    """x̃ with x̃ y = x × y (seed 000, below eq. (5)); component-first (3, 3, ...)."""
+    """x̃ with x̃ y = x × y (Möller & Glocker 2012, below eq. (5)); component-first (3, 3, ...)."""
     z = jnp.zeros_like(x[0])
     return _cf.stack(
         _cf.stack(z, -x[2], x[1]),
@@ -112,7 +112,7 @@ def _skew_cf(x):
 
 
 def _phi_cf(a):
-    """phi(A) = [[a0, -a^T], [a, a0 I + ã]] (seed 000, eq. (10)); (4, 4, ...)."""
+    """phi(A) = [[a0, -a^T], [a, a0 I + ã]] (Möller & Glocker 2012, eq. (10)); (4, 4, ...)."""
     a0, a1, a2, a3 = a[0], a[1], a[2], a[3]
     return _cf.stack(
         _cf.stack(a0, -a1, -a2, -a3),
@@ -134,7 +134,7 @@ def _phi_right_cf(a):
 
 
 def _E_cf(p):
-    """E(p) = [-e, ẽ + e0 I] (seed 004); (3, 4, ...)."""
+    """E(p) = [-e, ẽ + e0 I] (Negrut ME751); (3, 4, ...)."""
     e0, e1, e2, e3 = p[0], p[1], p[2], p[3]
     return _cf.stack(
         _cf.stack(-e1, e0, -e3, e2),
@@ -144,7 +144,7 @@ def _E_cf(p):
 
 
 def _G_cf(p):
-    """G(p) = [-e, -ẽ + e0 I] (seed 004); (3, 4, ...)."""
+    """G(p) = [-e, -ẽ + e0 I] (Negrut ME751); (3, 4, ...)."""
     e0, e1, e2, e3 = p[0], p[1], p[2], p[3]
     return _cf.stack(
         _cf.stack(-e1, e0, e3, -e2),
@@ -154,9 +154,9 @@ def _G_cf(p):
 
 
 def _B_cf(p, s):
-    """B(p, s̄) = 2 [(e0 I + ẽ) s̄, e s̄^T - (e0 I + ẽ) s̄̃] (seed 004); (3, 4, ...).
+    """B(p, s̄) = 2 [(e0 I + ẽ) s̄, e s̄^T - (e0 I + ẽ) s̄̃] (Negrut ME751); (3, 4, ...).
 
-    Column 0 is 2 (e0 s̄ + e × s̄). With Lagrange's formula (seed 000, eq. (26)),
+    Column 0 is 2 (e0 s̄ + e × s̄). With Lagrange's formula (Möller & Glocker 2012, eq. (26)),
     ẽ s̄̃ = s̄ e^T - (e^T s̄) I, so the 3x3 block is
     2 (e s̄^T - s̄ e^T + (e^T s̄) I - e0 s̄̃), which is what is evaluated here.
     """
@@ -177,7 +177,7 @@ def _B_cf(p, s):
 
 
 def mul(a: Float[ArrayLike, "... 4"], b: Float[ArrayLike, "... 4"]) -> Float[Array, "... 4"]:
-    """Quaternion product AB = (a0 b0 - a^T b, a0 b + b0 a + ã b) (seed 000, eq. (5)).
+    """Quaternion product AB = (a0 b0 - a^T b, a0 b + b0 a + ã b) (Möller & Glocker 2012, eq. (5)).
 
     Shapes ``(..., 4)`` x ``(..., 4)`` -> broadcast ``(..., 4)``. Not commutative.
     """
@@ -185,17 +185,17 @@ def mul(a: Float[ArrayLike, "... 4"], b: Float[ArrayLike, "... 4"]) -> Float[Arr
 
 
 def conjugate(a: Float[ArrayLike, "... 4"]) -> Float[Array, "... 4"]:
-    """A* = (a0, -a) (seed 000, eq. (2)). ``(..., 4) -> (..., 4)``."""
+    """A* = (a0, -a) (Möller & Glocker 2012, eq. (2)). ``(..., 4) -> (..., 4)``."""
     return _cf_out(_cf.qconj(_cf_in(a)))
 
 
 def norm2(a: Float[ArrayLike, "... 4"]) -> Float[Array, "..."]:
-    """|A|^2 = a0^2 + a^T a (seed 000, eqs. (7)-(8)). ``(..., 4) -> (...)``."""
+    """|A|^2 = a0^2 + a^T a (Möller & Glocker 2012, eqs. (7)-(8)). ``(..., 4) -> (...)``."""
     return _cf.qnorm2(_cf_in(a))
 
 
 def norm(a: Float[ArrayLike, "... 4"]) -> Float[Array, "..."]:
-    """|A| = sqrt(a0^2 + a^T a) (seed 000, eq. (7)). ``(..., 4) -> (...)``.
+    """|A| = sqrt(a0^2 + a^T a) (Möller & Glocker 2012, eq. (7)). ``(..., 4) -> (...)``.
 
     Uses a safe square root: at A = 0 the value is 0 and the gradient is 0 (finite).
     """
@@ -203,13 +203,13 @@ def norm(a: Float[ArrayLike, "... 4"]) -> Float[Array, "..."]:
 
 
 def inverse(a: Float[ArrayLike, "... 4"]) -> Float[Array, "... 4"]:
-    """A^{-1} = A* / |A|^2 for A != 0 (seed 000, eq. (9)). ``(..., 4) -> (..., 4)``."""
+    """A^{-1} = A* / |A|^2 for A != 0 (Möller & Glocker 2012, eq. (9)). ``(..., 4) -> (..., 4)``."""
     q = _cf_in(a)
     return _cf_out(_cf.qconj(q) / _cf.qnorm2(q))
 
 
 def phi(a: Float[ArrayLike, "... 4"]) -> Float[Array, "... 4 4"]:
-    """Left-multiplication matrix phi(A) = [[a0, -a^T], [a, a0 I + ã]] (seed 000, eq. (10)).
+    """Left-multiplication matrix phi(A) = [[a0, -a^T], [a, a0 I + ã]] (Möller & Glocker 2012, eq. (10)).
 
     psi(AB) = phi(A) psi(B) (eq. (15)); phi(A*) = phi(A)^T (eq. (11));
     phi(AB) = phi(A) phi(B) (eq. (12)); phi^{-1}(A) = phi(A)^T / |A|^2 (eq. (13)).
@@ -221,7 +221,7 @@ def phi(a: Float[ArrayLike, "... 4"]) -> Float[Array, "... 4 4"]:
 def phi_right(a: Float[ArrayLike, "... 4"]) -> Float[Array, "... 4 4"]:
     """Right-multiplication matrix [[a0, -a^T], [a, a0 I - ã]]: psi(BA) = phi_right(A) psi(B).
 
-    The counterpart of phi (seed 000, eqs. (10), (15)); only the sign of the skew block
+    The counterpart of phi (Möller & Glocker 2012, eqs. (10), (15)); only the sign of the skew block
     differs, because BA = (a0 b0 - a^T b, a0 b + b0 a - ã b) by eq. (5). It satisfies
     T phi(A) T = phi_right(A*) (eqs. (16), (21)) and commutes with phi.
     ``(..., 4) -> (..., 4, 4)``.
@@ -230,7 +230,7 @@ def phi_right(a: Float[ArrayLike, "... 4"]) -> Float[Array, "... 4 4"]:
 
 
 T_MATRIX: Float[np.ndarray, "4 4"] = np.diag([1.0, -1.0, -1.0, -1.0])
-"""T = diag(1, -1, -1, -1), psi(A*) = T psi(A) (seed 000, eqs. (16)-(17)).
+"""T = diag(1, -1, -1, -1), psi(A*) = T psi(A) (Möller & Glocker 2012, eqs. (16)-(17)).
 
 A read-only NumPy float64 constant (so its dtype does not depend on whether x64 was enabled
 when this module was imported); cast it, e.g. ``jnp.asarray(T_MATRIX, q.dtype)``.
@@ -239,7 +239,7 @@ T_MATRIX.flags.writeable = False
 
 
 def psi(a: Float[ArrayLike, "... 4"]) -> Float[Array, "... 4"]:
-    """psi(A) = (a0, a) in R^4 (seed 000, eq. (14)).
+    """psi(A) = (a0, a) in R^4 (Möller & Glocker 2012, eq. (14)).
 
     Because quaternions are already stored as ``(..., 4)`` arrays, psi is the identity on
     the array: it returns ``a`` unchanged (as a JAX array). Provided so that formulas such as
@@ -256,7 +256,7 @@ def identity(dtype=None) -> Float[Array, "4"]:
 def skew(x: Float[ArrayLike, "... 3"]) -> Float[Array, "... 3 3"]:
     """Cross-product matrix x̃ = [[0, -x3, x2], [x3, 0, -x1], [-x2, x1, 0]], x̃ y = x × y.
 
-    (seed 000, below eq. (5)). ``(..., 3) -> (..., 3, 3)``.
+    (Möller & Glocker 2012, below eq. (5)). ``(..., 3) -> (..., 3, 3)``.
     """
     return _mat_out(_skew_cf(_cf_in(x)))
 
@@ -265,12 +265,12 @@ def skew(x: Float[ArrayLike, "... 3"]) -> Float[Array, "... 3 3"]:
 
 
 def scale(a: Float[ArrayLike, "... 4"]) -> Float[Array, "..."]:
-    """Scaling factor s = |A|^2 (seed 000, eq. (23)). ``(..., 4) -> (...)``."""
+    """Scaling factor s = |A|^2 (Möller & Glocker 2012, eq. (23)). ``(..., 4) -> (...)``."""
     return norm2(a)
 
 
 def rotation_matrix(a: Float[ArrayLike, "... 4"]) -> Float[Array, "... 3 3"]:
-    """Pure rotation R of A, valid for any A != 0 (seed 000, eq. (23)).
+    """Pure rotation R of A, valid for any A != 0 (Möller & Glocker 2012, eq. (23)).
 
     R = (a  a0 I + ã)(a^T ; a0 I + ã) / |A|^2
       = ((a0^2 - a^T a) I + 2 a a^T + 2 a0 ã) / |A|^2,
@@ -281,14 +281,14 @@ def rotation_matrix(a: Float[ArrayLike, "... 4"]) -> Float[Array, "... 3 3"]:
 
 
 def to_matrix(a: Float[ArrayLike, "... 4"]) -> Float[Array, "... 3 3"]:
-    """Alias of :func:`rotation_matrix` (seed 000, eq. (23)): R(A), for any A != 0."""
+    """Alias of :func:`rotation_matrix` (Möller & Glocker 2012, eq. (23)): R(A), for any A != 0."""
     return rotation_matrix(a)
 
 
 def rotation_and_scale(
     a: Float[ArrayLike, "... 4"],
 ) -> tuple[Float[Array, "... 3 3"], Float[Array, "..."]]:
-    """(R, s) with A (0, x) A* = (0, s R x) (seed 000, eqs. (23), (27)).
+    """(R, s) with A (0, x) A* = (0, s R x) (Möller & Glocker 2012, eqs. (23), (27)).
 
     ``(..., 4) -> ((..., 3, 3), (...))``.
     """
@@ -298,7 +298,7 @@ def rotation_and_scale(
 
 
 def transform(a: Float[ArrayLike, "... 4"], x: Float[ArrayLike, "... 3"]) -> Float[Array, "... 3"]:
-    """y = s R x, the imaginary part of A (0, x) A* (seed 000, eqs. (18), (24), (27)).
+    """y = s R x, the imaginary part of A (0, x) A* (Möller & Glocker 2012, eqs. (18), (24), (27)).
 
     Rotates AND scales x by s = |A|^2. ``(..., 4), (..., 3) -> (..., 3)``.
     """
@@ -307,7 +307,7 @@ def transform(a: Float[ArrayLike, "... 4"], x: Float[ArrayLike, "... 3"]) -> Flo
 
 
 def rotate(a: Float[ArrayLike, "... 4"], x: Float[ArrayLike, "... 3"]) -> Float[Array, "... 3"]:
-    """R x: the pure rotation of A applied to x, for any A != 0 (seed 000, eqs. (23)-(24)).
+    """R x: the pure rotation of A applied to x, for any A != 0 (Möller & Glocker 2012, eqs. (23)-(24)).
 
     ``(..., 4), (..., 3) -> (..., 3)``.
     """
@@ -331,7 +331,7 @@ def from_axis_angle(
     angle: Float[ArrayLike, "..."] | float,
     scale: Float[ArrayLike, "..."] | float = 1.0,
 ) -> Float[Array, "... 4"]:
-    """A = (sqrt(s) cos(phi/2), n sqrt(s) sin(phi/2)) (seed 000, eq. (30), the + sign).
+    """A = (sqrt(s) cos(phi/2), n sqrt(s) sin(phi/2)) (Möller & Glocker 2012, eq. (30), the + sign).
 
     ``n = axis / |axis|`` is normalised internally; A then satisfies
     A (0, x) A* = (0, s R x) with R the Rodrigues matrix of eq. (28). A zero ``axis`` is
@@ -355,7 +355,7 @@ def to_axis_angle(
 ) -> tuple[Float[Array, "... 3"], Float[Array, "..."]]:
     """Unit axis n and angle phi in [0, pi] with A = ±sqrt(s)(cos(phi/2), n sin(phi/2)).
 
-    Inverse of eq. (30) (seed 000): the sign of A is chosen so that a0 >= 0 (by the sign
+    Inverse of eq. (30) (Möller & Glocker 2012): the sign of A is chosen so that a0 >= 0 (by the sign
     bit, so A and -A give the same result even at 180°, where a0 = ±0), then
     phi = 2 atan2(|a|, a0) and n = a / |a|. Works for non-unit A (the scale s = |A|^2 is
     :func:`scale`). At a zero rotation (a = 0) the axis is undefined; (1, 0, 0) is returned
@@ -383,7 +383,7 @@ def to_axis_angle(
 def from_matrix(R: Float[ArrayLike, "... 3 3"]) -> Float[Array, "... 4"]:
     """Unit quaternion A with rotation_matrix(A) = R, robust at every angle incl. 180°.
 
-    Shepperd's / Markley's method (the inverse of seed 000, eqs. (23), (28)-(30)): with
+    Shepperd's / Markley's method (the inverse of Möller & Glocker 2012, eqs. (23), (28)-(30)): with
     t0 = 1 + tr R = 4 a0^2 and t_k = 1 + 2 R_kk - tr R = 4 a_k^2 (unit A), take the branch
     k with the largest t_k (always >= 1 for a rotation, since sum t = 4, so no square root
     or division ever sees a small number) and read the other components from the
@@ -427,7 +427,7 @@ def from_matrix(R: Float[ArrayLike, "... 3 3"]) -> Float[Array, "... 4"]:
 def exp(v: Float[ArrayLike, "... 3"]) -> Float[Array, "... 4"]:
     """Quaternion exponential of the pure quaternion (0, v): (cos|v|, v sin|v| / |v|).
 
-    The unit quaternion of a rotation by the angle 2|v| about v (seed 000, eq. (30) with
+    The unit quaternion of a rotation by the angle 2|v| about v (Möller & Glocker 2012, eq. (30) with
     s = 1, phi = 2|v|); for a rotation vector w use ``exp(w / 2)``. Near |v| = 0 the Taylor
     series cos θ ≈ 1 - θ²/2 + θ⁴/24, sin θ/θ ≈ 1 - θ²/6 + θ⁴/120 is used below the
     dtype-aware threshold θ < eps^(1/4) (truncation error ~θ⁶ << eps), and the exact branch
@@ -447,7 +447,7 @@ def log(a: Float[ArrayLike, "... 4"]) -> Float[Array, "... 3"]:
     """Logarithm of a unit quaternion as a 3-vector: log(A) = a atan2(|a|, a0) / |a|.
 
     Inverse of :func:`exp`. BRANCH: the shortest one -- A is first replaced by -A if
-    a0 < 0 (both represent the same rotation, seed 000 eq. (30) and the remark after (31));
+    a0 < 0 (both represent the same rotation, Möller & Glocker 2012 eq. (30) and the remark after (31));
     the test is on the sign BIT, so a0 = -0.0 is flipped too and log(-A) = log(A) holds
     exactly even for 180° rotations (where ±a pi/2 are equally valid),
     so |log(A)| in [0, pi/2], ``2 log(A)`` is the rotation vector with angle in [0, pi],
@@ -517,11 +517,11 @@ def slerp(
     return _cf_out(q_norm)
 
 
-# --------------------------------------------------------------- seed 004: E, G, A, B matrices
+# --------------------------------------------------------------- Negrut ME751: E, G, A, B matrices
 
 
 def E(p: Float[ArrayLike, "... 4"]) -> Float[Array, "... 3 4"]:
-    """E(p) = [-e, ẽ + e0 I] for p = (e0, e) (seed 004). ``(..., 4) -> (..., 3, 4)``.
+    """E(p) = [-e, ẽ + e0 I] for p = (e0, e) (Negrut ME751). ``(..., 4) -> (..., 3, 4)``.
 
     Properties: E p = 0, E E^T = |p|^2 I, and E = (0 I) phi_right(p)^T.
     """
@@ -529,7 +529,7 @@ def E(p: Float[ArrayLike, "... 4"]) -> Float[Array, "... 3 4"]:
 
 
 def G(p: Float[ArrayLike, "... 4"]) -> Float[Array, "... 3 4"]:
-    """G(p) = [-e, -ẽ + e0 I] for p = (e0, e) (seed 004). ``(..., 4) -> (..., 3, 4)``.
+    """G(p) = [-e, -ẽ + e0 I] for p = (e0, e) (Negrut ME751). ``(..., 4) -> (..., 3, 4)``.
 
     Properties: G p = 0, G G^T = |p|^2 I, and G = (0 I) phi(p)^T.
     """
@@ -537,7 +537,7 @@ def G(p: Float[ArrayLike, "... 4"]) -> Float[Array, "... 3 4"]:
 
 
 def A_matrix(p: Float[ArrayLike, "... 4"]) -> Float[Array, "... 3 3"]:
-    """A(p) = E(p) G(p)^T (seed 004) = s R (seed 000, eqs. (22)-(23)).
+    """A(p) = E(p) G(p)^T (Negrut ME751) = s R (Möller & Glocker 2012, eqs. (22)-(23)).
 
     For a unit p this is the rotation matrix; for a non-unit p it is the TRANSFORM matrix
     s R with s = |p|^2 (not the pure rotation; use :func:`rotation_matrix` for R).
@@ -547,7 +547,7 @@ def A_matrix(p: Float[ArrayLike, "... 4"]) -> Float[Array, "... 3 3"]:
 
 
 def B(p: Float[ArrayLike, "... 4"], sbar: Float[ArrayLike, "... 3"]) -> Float[Array, "... 3 4"]:
-    """B(p, s̄) = ∂(A(p) s̄)/∂p = 2 [(e0 I + ẽ) s̄,  e s̄^T - (e0 I + ẽ) s̄̃] (seed 004).
+    """B(p, s̄) = ∂(A(p) s̄)/∂p = 2 [(e0 I + ẽ) s̄,  e s̄^T - (e0 I + ẽ) s̄̃] (Negrut ME751).
 
     A(p) = E(p) G(p)^T is the transform matrix of :func:`A_matrix`; the formula is the exact
     Jacobian for ANY p (no unit-norm assumption), i.e. it equals

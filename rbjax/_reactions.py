@@ -1,6 +1,6 @@
-"""Reaction forces of joints from their multipliers (seed 004, "reaction forces").
+"""Reaction forces of joints from their multipliers (Negrut ME751, "reaction forces").
 
-The generalized constraint force of joint k on body b is W_kbᵀ λ_k (seed 000 eq. (81)): in the
+The generalized constraint force of joint k on body b is W_kbᵀ λ_k (Möller & Glocker 2012 eq. (81)): in the
 state convention it is (F world frame, S_C, M_C about the centre of mass in body axes). The
 reaction is reported as the force F and the torque τ about the JOINT POINT P_b = r_b + A_b s̄_b:
 τ̄ = M_C − s̄_b × (A_bᵀ F) in body axes, then in the world frame (A_b τ̄) and in the joint frame

@@ -10,6 +10,7 @@ batched rollout fast on CPU; the same function also works under ``jax.vmap``, ``
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from fractions import Fraction
 
 import equinox as eqx
@@ -21,7 +22,7 @@ from ._analysis.checks import check_mechanism_state
 from ._body import validate_inertia
 from ._engine.layout import to_components
 from ._engine.rollout import DEFAULT_CHUNK, chunked, integrate
-from ._errors import is_concrete
+from ._errors import is_concrete, validates_inputs
 from ._integrators import RK4, AbstractIntegrator, check_dt
 from ._results import RESULTS
 from ._state import State
@@ -59,6 +60,7 @@ def _plain_int(k):
     return int(k) if isinstance(k, np.integer) else k
 
 
+@validates_inputs
 class Checkpoint(eqx.Module):
     """Reverse-mode checkpointing of a rollout: ``rollout(..., checkpoint=Checkpoint(every=k))``.
 
@@ -98,7 +100,7 @@ _EVERY_STEP = Checkpoint(every=1)
 
 
 @dataclasses.dataclass(frozen=True)
-class _StepMessages:
+class _StepMessages(Sequence[str]):
     """The error message of every (result code, step) pair, formatted only when one is raised
     (``equinox.branched_error_if`` reads ``msgs[index]`` on the host), so a rollout of any length
     costs nothing at trace time. Index = (code − 1) · n_steps + step."""
@@ -108,7 +110,7 @@ class _StepMessages:
     def __len__(self) -> int:
         return 2 * self.n_steps
 
-    def __getitem__(self, index: int) -> str:
+    def __getitem__(self, index):  # an int index (equinox reads one message)
         code, step = RESULTS(1 + index // self.n_steps), index % self.n_steps
         return (
             f"rbjax.rollout: {code.message} at step {step} (step 0 advances the initial state). "
@@ -117,6 +119,7 @@ class _StepMessages:
         )
 
 
+@validates_inputs
 def rollout(
     model,
     state0: State,

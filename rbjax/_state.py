@@ -3,9 +3,9 @@
 ``State(t, q, u)`` for a system of nb bodies, any leading batch axes allowed:
 
 * ``t`` (...)       -- time [s];
-* ``q`` (..., nb, 7) -- generalized coordinates q = (r, a0, a) of seed 000 eq. (35): centre of
+* ``q`` (..., nb, 7) -- generalized coordinates q = (r, a0, a) of Möller & Glocker 2012 eq. (35): centre of
   mass position r in the world frame [m] and the UNCONSTRAINED quaternion A, scalar first;
-* ``u`` (..., nb, 7) -- generalized velocities u = (v, ν, ω) of seed 000 eq. (38): centre of mass
+* ``u`` (..., nb, 7) -- generalized velocities u = (v, ν, ω) of Möller & Glocker 2012 eq. (38): centre of mass
   velocity v (world) [m/s], scaling rate ν = ds/dt [1/s] and ω = 2 Im(A* Ȧ) (eq. (37)), which is
   the BODY-frame angular velocity scaled by s = |A|² (eq. (49)); for a rigid body s = 1.
 
@@ -19,9 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ._errors import check_finite, check_shape, fail, is_concrete
+from ._errors import check_finite, check_shape, fail, is_concrete, validates_inputs
 
 
+@validates_inputs
 class State(eqx.Module):
     """Time, coordinates and generalized velocities of a system (see module docstring)."""
 

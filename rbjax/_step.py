@@ -1,10 +1,12 @@
 """One pure step of the equations of motion, ``step(model, state, dt) -> state``."""
 
+from ._errors import validates_inputs
 from ._integrators import RK4, AbstractIntegrator
 from ._model import Model
 from ._state import State
 
 
+@validates_inputs
 def step(model: Model, state: State, dt, integrator: AbstractIntegrator | None = None) -> State:
     """One pure step ``(model, state, dt) -> state`` with ``integrator`` (default RK4); same
     pytree structure, shapes and dtypes out as in."""

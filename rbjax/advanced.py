@@ -1,4 +1,4 @@
-"""Low-level and advanced names: the basic constraints of seed 004 (DP1, DP2, D, CD), explicit
+"""Low-level and advanced names: the basic constraints of Negrut ME751 (DP1, DP2, D, CD), explicit
 Runge–Kutta methods from a Butcher tableau, constraint Jacobian helpers, closed-form checks, mass-matrix
 and velocity-transform matrices, the static model topology and the abstract building blocks of
 the built-in families. Everyday use needs only the names in :mod:`rbjax`.

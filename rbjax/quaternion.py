@@ -1,4 +1,4 @@
-"""Public quaternion algebra of rbjax (seed 000, Sects. 2-3; seed 004 E/G/A/B matrices).
+"""Public quaternion algebra of rbjax (Möller & Glocker 2012, Sects. 2-3; Negrut ME751 E/G/A/B matrices).
 
 Quaternions are ``(..., 4)`` arrays, scalar first ``(a0, a1, a2, a3)``; every function is pure
 and works under ``jit``, ``vmap``, ``grad`` and ``jvp``. See :mod:`rbjax._quaternion` for the

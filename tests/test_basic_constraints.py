@@ -1,14 +1,14 @@
-"""The four basic constraints DP1, DP2, D, CD (seed 004) against hand-written NumPy formulas.
+"""The four basic constraints DP1, DP2, D, CD (Negrut ME751) against hand-written NumPy formulas.
 
 rbjax derives Φ_q, [Φ_r, Φ_π̄] and γ by autodiff of the residual alone (rbjax/_constraints.py).
 Here every reference is written out independently in plain NumPy in the ME751 notation of
-seed 004, without any rbjax function:
+Negrut ME751, without any rbjax function:
 
     A(p) = E(p) G(p)ᵀ,  E(p) = [−e, ẽ + e0 I],  G(p) = [−e, −ẽ + e0 I],
     B(p, ā) = ∂(A(p) ā)/∂p = 2 [(e0 I + ẽ) ā,  e āᵀ − (e0 I + ẽ) ã],
     a_i = A_i ā_i,  d_ij = r_j + A_j s̄_j − r_i − A_i s̄_i.
 
-δp flavour (seed 004, "the δp flavor" slides), δπ̄ flavour (δA = A δπ̄~, so δ(A s̄) = −A s̄~ δπ̄),
+δp flavour (Negrut ME751, "the δp flavor" slides), δπ̄ flavour (δA = A δπ̄~, so δ(A s̄) = −A s̄~ δπ̄),
 and γ = −Φ̈|_{q̈=0} written with B(ṗ, ·)ṗ, which is exact because A(p) s̄ is quadratic in p.
 
 Discrepancies found in the seed text (OCR of the slides), checked numerically below:
@@ -54,7 +54,7 @@ PAIRS = [(0, 1), (1, 0), (GROUND, 0), (1, GROUND), (1, 1)]
 N_CONFIGS = 20
 
 
-# ------------------------------------------------------------------ NumPy reference (seed 004)
+# ------------------------------------------------------------------ NumPy reference (Negrut ME751)
 
 
 def skew(x):
@@ -171,7 +171,7 @@ def scatter(cfg, width, blocks):
 
 
 def jac_p_np(kind, cfg, q, *, seed_typo=False):
-    """Φ_q in the δp flavour (seed 004): per body [Φ_r (3), Φ_p (4)]."""
+    """Φ_q in the δp flavour (Negrut ME751): per body [Φ_r (3), Φ_p (4)]."""
     _, pi, _, pj, _, _, ai, aj, d = geometry(cfg, q)
     c, abi, abj, si, sj = cfg["c"], cfg["a_i"], cfg["a_j"], cfg["s_i"], cfg["s_j"]
     z3 = np.zeros(3)
@@ -198,7 +198,7 @@ def jac_pi_np(kind, cfg, q, *, seed_typo=False):
     elif kind == "DP2":
         # δ(a_iᵀd) = a_iᵀ δd + dᵀ δa_i = a_iᵀ[δr_j − A_j s̃_j δπ̄_j − δr_i + A_i s̃_i δπ̄_i]
         #                               − dᵀ A_i ã_i δπ̄_i
-        # seed 004 prints (a_iᵀ A_i − d_ijᵀ A_i) s̃_i: the d-term with s̄_i instead of ā_i.
+        # Negrut ME751 prints (a_iᵀ A_i − d_ijᵀ A_i) s̃_i: the d-term with s̄_i instead of ā_i.
         dterm = d @ Ai @ skew(si if seed_typo else abi)
         bi, bj = (-ai, ai @ Ai @ skew(si) - dterm), (ai, -ai @ Aj @ skew(sj))
     else:
@@ -398,7 +398,7 @@ def test_residual(kind, driven):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_jacobian_p_flavour(kind):
-    """Φ_q (δp flavour) = seed-004 B-matrix formulas; exact for unit and non-unit p."""
+    """Φ_q (δp flavour) = ME751 B-matrix formulas; exact for unit and non-unit p."""
     cases = cases_for(unit=True) + cases_for(unit=False)
     got = rb_batch(JAC, kind, cases, driven=True)
     for (cfg, q, _, _), g in zip(cases, got, strict=True):
@@ -425,7 +425,7 @@ def test_jacobian_pi_flavour(kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_gamma(kind):
-    """γ = seed-004 B(ṗ, ·)ṗ formulas (+ f̈ for a driver), for random ṗ, unit-consistent
+    """γ = ME751 B(ṗ, ·)ṗ formulas (+ f̈ for a driver), for random ṗ, unit-consistent
     ṗ = ½ p ⊗ (0, ω̄), and non-unit p (exact there too: A(p) s̄ = E Gᵀ s̄ is quadratic in p)."""
     cases = (
         cases_for(unit=True)

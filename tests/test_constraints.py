@@ -1,9 +1,9 @@
-"""The normalisation constraint: autodiff W and γ against the closed form of seed 000.
+"""The normalisation constraint: autodiff W and γ against the closed form of Möller & Glocker 2012.
 
-rbjax's inner loop uses W = e_ν, γ = 0 for c = |A|² − 1 in generalized velocities (seed 000,
+rbjax's inner loop uses W = e_ν, γ = 0 for c = |A|² − 1 in generalized velocities (Möller & Glocker 2012,
 eqs. (44), (89)-(90): ċ = ν). The generic route that joints will take derives W = c_q Q⁻¹ by
 jvp and γ by nested jvp from c alone; here both routes must agree, and the Jacobian must also
-agree with the hand-written seed-004 expression (Φ_p = 2pᵀ) pushed through Q⁻¹ (eq. (85)).
+agree with the hand-written ME751 expression (Φ_p = 2pᵀ) pushed through Q⁻¹ (eq. (85)).
 """
 
 import jax
@@ -37,7 +37,7 @@ def test_autodiff_W_equals_closed_form_and_seed004(batch):
     w_ad = dyn.normalisation_jacobian_autodiff(model, q)
     w_cf = dyn.normalisation_jacobian(model, q)
     assert_close(w_ad, w_cf, rtol=1e-13, atol=1e-13)
-    # seed 004: Φ_q = [0, 2pᵀ]; W = Φ_q Q⁻¹ with Q⁻¹ from eq. (85), built independently here
+    # Negrut ME751: Φ_q = [0, 2pᵀ]; W = Φ_q Q⁻¹ with Q⁻¹ from eq. (85), built independently here
     qn = np.asarray(st.q)
     for idx in np.ndindex(*batch, 2):
         p = qn[idx][3:7]

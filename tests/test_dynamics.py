@@ -6,10 +6,10 @@ free asymmetric top, steady precession of the heavy top), conservation laws, a p
 discretisation of the body, and scipy ``solve_ivp`` (DOP853, rtol = atol = 1e-12) of the
 equations of motion written out in plain NumPy from the papers:
 
-* seed 000 (Möller–Glocker, scalable body): kinematics eqs. (32), (37), (38), (41)-(44),
+* Möller & Glocker 2012 (Möller–Glocker, scalable body): kinematics eqs. (32), (37), (38), (41)-(44),
   (49), (85); kinetic energy and mass matrix eqs. (60)-(64); resultants eq. (75); equations of
   motion eq. (93), Newton–Euler eq. (95), scaling constraint force eq. (96);
-* seed 001 (Udwadia–Schutte): the result must not depend on the arbitrary inertia J0.
+* Udwadia & Schutte 2010 (Udwadia–Schutte): the result must not depend on the arbitrary inertia J0.
 
 Conventions (rbjax/_state.py): q = (r, A) with A scalar-first; u = (v, ν, ω) with ω the
 body-frame angular velocity scaled by s = |A|² (eq. (49)); for a rigid body s = 1.
@@ -47,7 +47,7 @@ def assert_within(name, err, tol):
 
 
 def qmul(a, b):
-    """Hamilton product AB, scalar first (seed 000 eq. (5)); a, b (..., 4)."""
+    """Hamilton product AB, scalar first (Möller & Glocker 2012 eq. (5)); a, b (..., 4)."""
     a0, av = a[..., :1], a[..., 1:]
     b0, bv = b[..., :1], b[..., 1:]
     return np.concatenate(
@@ -61,7 +61,7 @@ def qconj(a):
 
 
 def rotmat(a):
-    """The rotation R of a quaternion of any length (seed 000 eq. (23)); a (..., 4)."""
+    """The rotation R of a quaternion of any length (Möller & Glocker 2012 eq. (23)); a (..., 4)."""
     a = np.asarray(a, float)
     a = a / np.linalg.norm(a, axis=-1, keepdims=True)
     w, x, y, z = np.moveaxis(a, -1, 0)
@@ -76,7 +76,7 @@ def rotmat(a):
 
 
 def sR_of(a):
-    """s R = Im(A (0, x) A*) as a matrix, by columns (seed 000 eqs. (22), (24))."""
+    """s R = Im(A (0, x) A*) as a matrix, by columns (Möller & Glocker 2012 eqs. (22), (24))."""
     cols = [qmul(qmul(a, np.concatenate([[0.0], e])), qconj(a))[1:] for e in np.eye(3)]
     return np.stack(cols, axis=-1)
 
@@ -99,7 +99,7 @@ def random_unit_quaternion(rng):
 
 
 def phi_left(a):
-    """φ(A): the 4x4 matrix of left multiplication by A, φ(A) ψ(B) = ψ(AB) (seed 000 eq. (10))."""
+    """φ(A): the 4x4 matrix of left multiplication by A, φ(A) ψ(B) = ψ(AB) (Möller & Glocker 2012 eq. (10))."""
     return np.stack([qmul(a, e) for e in np.eye(4)], axis=-1)
 
 
@@ -339,7 +339,7 @@ def loaded_dae():
 
 def newton_euler_rhs(t, y):
     """Newton–Euler ODE with R as 9 components: ṙ = v, m v̇ = m g + f, Ṙ = R ω̃,
-    Θ ω̇ = ϱ × Rᵀf + τ − ω × Θω (seed 000 eq. (95) with M_C of eq. (75))."""
+    Θ ω̇ = ϱ × Rᵀf + τ − ω × Θω (Möller & Glocker 2012 eq. (95) with M_C of eq. (75))."""
     p = LOADED
     th = p["inertia"]
     v, R, w = y[3:6], y[6:15].reshape(3, 3), y[15:18]
@@ -394,7 +394,7 @@ def test_formulations_agree_on_rigid_trajectory(loaded_dae, formulation):
 
 def test_formulation_accelerations_agree_and_us_independent_of_j0():
     """At random rigid states, u̇ of every formulation equals Newton–Euler written by hand, and
-    Udwadia–Schutte's ω̇ does not depend on J0 (seed 001, eq. (42))."""
+    Udwadia–Schutte's ω̇ does not depend on J0 (Udwadia & Schutte 2010, eq. (42))."""
     p = LOADED
     rng = np.random.default_rng(11)
     B = 16

@@ -1,4 +1,4 @@
-"""Forces: resultants against hand computations (seed 000, eq. (75)); differentiability in
+"""Forces: resultants against hand computations (Möller & Glocker 2012, eq. (75)); differentiability in
 every force parameter against central finite differences; user force laws under batching."""
 
 import equinox as eqx

@@ -70,33 +70,32 @@ def _central(vals, n, eps, eps_set):
 # XLA:CPU compiles the large programs of mechanism derivatives 25-60 % faster without its
 # new fusion emitters (slider-crank forward mode: 65 s -> 28 s), at equal run time for them
 # (it does slow the small kernels of free-body rollouts, so it is not a global setting).
-MECHANISM_JIT = {"xla_cpu_use_fusion_emitters": False} if jax.default_backend() == "cpu" else {}
 
 
-def _forward_and_fd(f, n, eps, options=None):
+def _forward_and_fd(f, n, eps):
     """(f(0), forward Jacobian, central FD), each (K, n), from ONE compiled function: jax.jvp
     along each unit vector and f at x = ±eps e_k, vmapped together. ``eps`` is a scalar or
-    one value per output row; ``options``: XLA compiler options."""
+    one value per output row."""
     eps_set, xs = _fd_points(n, eps)
     vs = np.concatenate([np.eye(n), np.zeros_like(xs)])
     xs = np.concatenate([np.zeros((n, n)), xs])
-    run = jax.jit(jax.vmap(lambda x, v: jax.jvp(f, (x,), (v,))), compiler_options=options)
+    run = jax.jit(jax.vmap(lambda x, v: jax.jvp(f, (x,), (v,))))
     vals, tans = (np.asarray(a) for a in run(jnp.asarray(xs), jnp.asarray(vs)))
     return vals[0], tans[:n].T, _central(vals[n:], n, eps, eps_set)
 
 
-def _jacobians(f, n, eps, options=None):
+def _jacobians(f, n, eps):
     """(f(0), forward Jacobian, reverse Jacobian (jax.jacrev), central FD); two compilations.
     (One function with ``jax.linearize`` and ``jax.linear_transpose`` for both modes compiled
     slower than the two programs together: 300 s against 240 s for the slider-crank.)"""
-    value, fwd, fd = _forward_and_fd(f, n, eps, options)
-    rev = np.asarray(jax.jit(jax.jacrev(f), compiler_options=options)(jnp.zeros(n)))
+    value, fwd, fd = _forward_and_fd(f, n, eps)
+    rev = np.asarray(jax.jit(jax.jacrev(f))(jnp.zeros(n)))
     return value, fwd, rev, fd
 
 
-def _check(case, f, n, eps, *, names=None, min_scale=1e-2, options=None):
+def _check(case, f, n, eps, *, names=None, min_scale=1e-2):
     """Compute the three Jacobians of ``f`` and assert every pair agrees to TOL; returns them."""
-    value, fwd, rev, fd = _jacobians(f, n, eps, options)
+    value, fwd, rev, fd = _jacobians(f, n, eps)
     for what, arr in (("value", value), ("forward", fwd), ("reverse", rev), ("FD", fd)):
         assert np.all(np.isfinite(arr)), f"{case}: {what} has NaN/inf:\n{arr}"
     scale = np.max(np.abs(fd), axis=1)
@@ -257,7 +256,6 @@ def test_double_pendulum_gradients(integrator):
         12,
         1e-6,
         names=DP_NAMES,
-        options=MECHANISM_JIT,
     )
     print(f"double pendulum {integrator}: {errs}")
     assert max(errs.values()) <= TOL, errs
@@ -318,9 +316,7 @@ def test_slider_crank_gradients():
     """Slider-crank (examples/slider_crank.py) driven by its constant crank torque, 20 RK4 steps
     of 1 ms: derivatives with respect to the torque magnitude, the initial crank rate, the three
     masses and dt, forward vs reverse vs central FD, ≤ 1e-6."""
-    *_, errs = _check(
-        "slider-crank", _slider_crank_loss(), 6, 1e-6, names=SC_NAMES, options=MECHANISM_JIT
-    )
+    *_, errs = _check("slider-crank", _slider_crank_loss(), 6, 1e-6, names=SC_NAMES)
     print(f"slider-crank: {errs}")
     assert max(errs.values()) <= TOL, errs
 
@@ -372,9 +368,7 @@ def test_heavy_top_gradients():
     """Heavy symmetric top (examples/heavy_top.py) on a spherical joint, 20 RK4 steps: derivatives
     with respect to mass, both moments of inertia, the pivot–COM distance and dt, forward vs
     reverse vs central FD, ≤ 1e-6."""
-    *_, errs = _check(
-        "heavy top", _heavy_top_loss(), 5, 1e-6, names=TOP_NAMES, options=MECHANISM_JIT
-    )
+    *_, errs = _check("heavy top", _heavy_top_loss(), 5, 1e-6, names=TOP_NAMES)
     print(f"heavy top: {errs}")
     assert max(errs.values()) <= TOL, errs
 

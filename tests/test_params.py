@@ -17,7 +17,7 @@ from conftest import assert_close
 from hypothesis import given, settings, strategies as st
 
 import rbjax
-from rbjax._params import LogCholeskyInertia, Positive, PrincipalInertia
+from rbjax import LogCholeskyInertia, Positive, PrincipalInertia
 
 F64 = jnp.float64
 RAW = st.floats(-30.0, 30.0, allow_nan=False)

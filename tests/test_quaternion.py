@@ -1,4 +1,4 @@
-"""Tests of rbjax.quaternion against seed 000 (Sects. 2-3, eqs. (1)-(31), (67)) and seed 004.
+"""Tests of rbjax.quaternion against Möller & Glocker 2012 (Sects. 2-3, eqs. (1)-(31), (67)) and Negrut ME751.
 
 Reference formulas are written out independently here (NumPy block matrices, jnp.cross,
 Rodrigues' formula, scipy's Rotation) rather than re-using the module under test.
@@ -143,7 +143,7 @@ def G_ref(p):
 
 
 def B_ref(p, s):
-    """seed 004: B(p, s̄) = 2 [(e0 I + ẽ) s̄,  e s̄^T - (e0 I + ẽ) s̄̃]."""
+    """Negrut ME751: B(p, s̄) = 2 [(e0 I + ẽ) s̄,  e s̄^T - (e0 I + ẽ) s̄̃]."""
     p, s = np.asarray(p), np.asarray(s)
     e0, e = p[..., 0], p[..., 1:]
     M = e0[..., None, None] * I3 + skew_np(e)
@@ -556,7 +556,7 @@ def test_slerp_endpoints_and_constant_speed(ab):
         assert_close(s, total / 5, atol=1e-7)
 
 
-# ---------------------------------------------------------------- seed 004: E, G, A, B
+# ---------------------------------------------------------------- Negrut ME751: E, G, A, B
 
 
 @given(quat_batch(), st.data())

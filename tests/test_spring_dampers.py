@@ -1,8 +1,8 @@
-"""Spring–damper–actuators between bodies (ME751 TSDA/RSDA, seed 004) against closed forms.
+"""Spring–damper–actuators between bodies (ME751 TSDA/RSDA, Negrut ME751) against closed forms.
 
 Two-body oscillators against the reduced-mass solution (undamped and underdamped), a torsional
 oscillator on a hinge against θ0 cos(√(k/I) t) and its energy, resultants against PointForce /
-hand-computed torques (seed 000 eq. (75)) and virtual power, rates against central differences,
+hand-computed torques (Möller & Glocker 2012 eq. (75)) and virtual power, rates against central differences,
 gradients of a rollout against central differences, the l = 0 singularity, and bad input.
 
 Compile time dominates: the oscillator rollouts share one compiled function (same structure,
@@ -73,7 +73,7 @@ def point_velocity(q, u, s):
 
 
 def qdot_scalable(q, u):
-    """q̇ = (v, A (ν, ω) / (2|A|²)) (seed 000 eq. (93))."""
+    """q̇ = (v, A (ν, ω) / (2|A|²)) (Möller & Glocker 2012 eq. (93))."""
     a = q[3:7]
     return np.r_[u[0:3], qmul(a, u[3:7]) / (2 * (a @ a))]
 
@@ -289,7 +289,7 @@ def test_tsda_resultants_equal_point_forces_and_rate_matches_finite_difference()
     assert_close(l_code, l, rtol=1e-14)
     assert_close(ldot_code, ldot, rtol=1e-13)
 
-    # resultants = two PointForces with the same instantaneous force (seed 000 eq. (75))
+    # resultants = two PointForces with the same instantaneous force (Möller & Glocker 2012 eq. (75))
     ref = rbjax.Model(
         bodies,
         forces=[rbjax.PointForce(0, s_i, f * e), rbjax.PointForce(1, s_j, -f * e)],

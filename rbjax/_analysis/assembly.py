@@ -1,7 +1,7 @@
 """Assembly: consistent initial conditions on the joint manifold (ME751).
 
 :func:`assemble` returns the configuration on Φ(q, t) = 0 CLOSEST to the input in the
-kinetic-energy metric of seed 000 eq. (64) (min ½δᵀMδ, δ the generalized displacement), then
+kinetic-energy metric of Möller & Glocker 2012 eq. (64) (min ½δᵀMδ, δ the generalized displacement), then
 projects the velocities M-orthogonally onto W̃u + Φ_t = 0. Both are roots of square systems
 (rbjax/_engine/projection.py), differentiated by the implicit function theorem.
 """
@@ -45,7 +45,7 @@ def assemble(
     ``tol`` (default 1e-12 in float64, 1e-5 in float32) is the largest residual accepted. If a
     joint cannot be satisfied, raises ValueError naming the joints whose residual stays large.
     Works on batches of states. The result is the configuration on the joint manifold closest
-    to ``state.q`` in the kinetic-energy metric (seed 000 eq. (64)), so it is a function of the
+    to ``state.q`` in the kinetic-energy metric (Möller & Glocker 2012 eq. (64)), so it is a function of the
     input and of the model, differentiable in forward and reverse mode by the implicit function
     theorem (the Newton iterations are not differentiated).
     """

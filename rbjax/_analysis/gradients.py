@@ -32,6 +32,7 @@ import numpy as np
 
 from .._engine.joints import joint_terms
 from .._engine.layout import to_components
+from .._errors import validates_inputs
 from .._integrators import RK4, AbstractIntegrator, check_dt
 from .._quaternion import mul as qmul
 from .._results import RESULTS
@@ -333,6 +334,7 @@ def _default_horizons(n_steps: int, save_every: int) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+@validates_inputs
 def gradient_health(
     model,
     state0: State,

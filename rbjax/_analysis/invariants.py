@@ -11,7 +11,7 @@ from .._engine.mass import mvec
 
 
 def kinetic_energy(model, state):
-    """T = ½ uᵀ M u summed over bodies (seed 000, eqs. (60), (64)); valid for scalable bodies."""
+    """T = ½ uᵀ M u summed over bodies (Möller & Glocker 2012, eqs. (60), (64)); valid for scalable bodies."""
     _, _, u = to_components(state)
     return 0.5 * jnp.sum(jnp.sum(u * mvec(model, u), axis=0), axis=-1)
 
@@ -36,7 +36,7 @@ def angular_momentum(model, state):
     """Angular momentum about the world origin, world frame: Σ m r × v + s R Θ ω.
 
     For a scalable body, ∫ ξ × ξ̇ dm = m r × v + s R Θ ω (ν contributes nothing since
-    ϱ × ϱ = 0); s R x is the quaternion transform A (0, x) A* (seed 000, eq. (27)).
+    ϱ × ϱ = 0); s R x is the quaternion transform A (0, x) A* (Möller & Glocker 2012, eq. (27)).
     """
     _, q, u = to_components(state)
     th = inertia_components(model)

@@ -1,8 +1,8 @@
 """Equations of motion in the engine's layout: the kernels behind rbjax's formulations.
 
 Every kernel maps (model, t, q, u) with component-first q, u (7, *batch, nb) and t (*batch, 1)
-to (q̇, u̇, λ); the public classes in rbjax/_dynamics.py document the equations (seed 000
-eqs. (93)-(96); seed 001) and call these. λ has shape (*batch, nb) without joints and
+to (q̇, u̇, λ); the public classes in rbjax/_dynamics.py document the equations (Möller & Glocker 2012
+eqs. (93)-(96); Udwadia & Schutte 2010) and call these. λ has shape (*batch, nb) without joints and
 (*batch, nb + m) with them.
 """
 
@@ -38,8 +38,10 @@ def constrained(model, kin, t, q, u, a, lam_nu_free):
 
 
 def scalable_kinematics(
-    q: Float[Array, "7 *batch nb"], u: Float[Array, "7 *batch nb"]
-) -> Float[Array, "7 *batch nb"]:
+    q: Float[Array, "7 ..."], u: Float[Array, "7 ..."]
+) -> Float[Array, "7 ..."]:
+    """q̇ = Q⁻¹(q) u (Möller & Glocker 2012, eq. (84)) for components (7, ...) of any trailing
+    shape (bodies, batch, or one body)."""
     qc, uc = cf.comps(q), cf.comps(u)
     return jnp.concatenate([cf.stack(*uc[0:3]), cf.kin_qdot(qc[3:7], uc[3], uc[4:7])], axis=0)
 
@@ -74,7 +76,7 @@ def normalisation_velocity(model, q, x):
 
 
 def normalisation_jacobian_autodiff(model, q):
-    """W = c_q Q⁻¹ (seed 000 eqs. (79), (85)) as a component-first array (7, ..., nb).
+    """W = c_q Q⁻¹ (Möller & Glocker 2012 eqs. (79), (85)) as a component-first array (7, ..., nb).
 
     Each constraint involves one body, so row W of body i is obtained for every body at
     once by seven jvps of c along q̇ = Q⁻¹ e_k (k = 0..6), one unit velocity per component.
@@ -94,7 +96,7 @@ def normalisation_gamma(model, q, u):
 def normalisation_jacobian(model, q):
     """W of the normalisation constraint in closed form: the unit vector on ν, for every q.
 
-    In generalized velocities ċ = d|A|²/dt = ν exactly (seed 000, eqs. (44), (89)-(90)):
+    In generalized velocities ċ = d|A|²/dt = ν exactly (Möller & Glocker 2012, eqs. (44), (89)-(90)):
     the very reason the paper writes the DAE in u. So W = e_ν and γ = 0 for any A ≠ 0.
     :meth:`constraint_jacobian` and :meth:`gamma` derive the same W and γ by autodiff of c
     alone (tests check they agree); the closed form is used in the inner loop because the
@@ -130,8 +132,8 @@ def scalable_dae_derivatives(
 
 
 def newton_euler_kinematics(
-    q: Float[Array, "7 *batch nb"], u: Float[Array, "7 *batch nb"]
-) -> Float[Array, "7 *batch nb"]:
+    q: Float[Array, "7 ..."], u: Float[Array, "7 ..."]
+) -> Float[Array, "7 ..."]:
     qc, uc = cf.comps(q), cf.comps(u)
     w = uc[4:7]
     return jnp.concatenate(
@@ -158,7 +160,7 @@ def newton_euler_derivatives(
 
 
 def _us_E(p):
-    """Udwadia–Schutte's 4x4 E = [pᵀ; E₁] with E₁ = G(p) of ME751 (seed 001, eq. (2)); p (..., 4)."""
+    """Udwadia–Schutte's 4x4 E = [pᵀ; E₁] with E₁ = G(p) of ME751 (Udwadia & Schutte 2010, eq. (2)); p (..., 4)."""
     return jnp.concatenate([p[..., None, :], quat.G(p)], axis=-2)
 
 
@@ -201,7 +203,7 @@ def udwadia_schutte_derivatives(
     z = jnp.swapaxes(B, -1, -2) / jnp.sum(B * B, axis=(-1, -2), keepdims=True) @ b_minus
     corr = jax.scipy.linalg.solve_triangular(jnp.swapaxes(L, -1, -2), z, lower=False)[..., 0]
     pdd = a + corr
-    # μ with Q_c = M_u (p̈ − a) = 2 p μ (cf. seed 000 eq. (81)).
+    # μ with Q_c = M_u (p̈ − a) = 2 p μ (cf. Möller & Glocker 2012 eq. (81)).
     qc = (Mu @ corr[..., None])[..., 0]
     mu = jnp.sum(p * qc, axis=-1) / (2.0 * jnp.sum(p * p, axis=-1))
     pdd_cf = jnp.moveaxis(pdd, -1, 0)
@@ -211,7 +213,7 @@ def udwadia_schutte_derivatives(
 
 
 def _us_mechanism(model, t, q, u, qdot, res, p, pd, npd, Mu, L, Q):
-    """The fundamental equation for a whole mechanism in x = (r, p) per body (seed 001
+    """The fundamental equation for a whole mechanism in x = (r, p) per body (Udwadia & Schutte 2010
     eq. (12) with all constraints stacked): M_x = blockdiag(mI, M_u), constraint rows
     A = [normalisation pᵀ per body (eq. (11)); Φ_x of the joints], right-hand side
     b = [−|ṗ|²; γ_x] (q-space γ by nested jvp), and

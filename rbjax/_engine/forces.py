@@ -1,4 +1,4 @@
-"""Applied forces in the engine's layout: per-body resultants (F, S_C, M_C) (seed 000, eqs.
+"""Applied forces in the engine's layout: per-body resultants (F, S_C, M_C) (Möller & Glocker 2012, eqs.
 (75)-(76)) on component-first arrays, the kernels behind the built-in forces of
 rbjax/_forces.py, and the adapter that evaluates a force written for one system.
 
@@ -35,7 +35,7 @@ def _onehot(body: int, nb: int, dtype):
 
 def _at_point(p, rho, f, mask) -> Resultants:
     """Resultants of the world force f at the body point ϱ of the body with quaternion p
-    (seed 000, eq. (75)): F = f, S_C = ϱᵀ Rᵀ f, M_C = ϱ × (Rᵀ f), each times the one-hot
+    (Möller & Glocker 2012, eq. (75)): F = f, S_C = ϱᵀ Rᵀ f, M_C = ϱ × (Rᵀ f), each times the one-hot
     ``mask`` over bodies. Component-first; p (4, ...), ϱ and f (3, ...)."""
     f_body = cf.rotate_t(p, f)
     return Resultants(
@@ -54,7 +54,7 @@ def _body_state(q, u, b: int):
 def _pure_torque(p, tau, mask) -> Resultants:
     """Resultants of a pure torque (couple) τ, world frame, on the body with quaternion p:
     F = 0, S_C = 0, M_C = Rᵀ τ / s (s = |A|² = 1 for a rigid body: M_C = Rᵀ τ). The 1/s makes
-    M_C the force conjugate to ω, the body angular velocity scaled by s (seed 000, eq. (49))."""
+    M_C the force conjugate to ω, the body angular velocity scaled by s (Möller & Glocker 2012, eq. (49))."""
     m = cf.rotate_t(p, tau) / cf.qnorm2(p) * mask
     return Resultants(F=jnp.zeros_like(m), S=jnp.zeros_like(m[0]), M=m)
 
@@ -84,7 +84,7 @@ def resultants_per_system(force, model, t, q, u) -> Resultants:
 
 
 def point_force(force, model, t, q, u) -> Resultants:
-    """rbjax.PointForce: a world force at a body point (seed 000, eq. (75))."""
+    """rbjax.PointForce: a world force at a body point (Möller & Glocker 2012, eq. (75))."""
     mask = _onehot(force.body, model.nb, q.dtype)
     f = system_vector(force.force_world, q)
     rho = system_vector(force.point_body, q)
@@ -126,7 +126,7 @@ def tsda_geometry(force, model, q, u):
 
 
 def tsda(force, model, t, q, u) -> Resultants:
-    """rbjax.TranslationalSpringDamper (ME751 TSDA, seed 004)."""
+    """rbjax.TranslationalSpringDamper (ME751 TSDA, Negrut ME751)."""
     qi, qj, d, l, e, ldot = tsda_geometry(force, model, q, u)
     k = jnp.asarray(force.stiffness, q.dtype)
     c = jnp.asarray(force.damping, q.dtype)
@@ -164,7 +164,7 @@ def rsda_geometry(force, q, u):
 
 
 def rsda(force, model, t, q, u) -> Resultants:
-    """rbjax.RotationalSpringDamper (ME751 RSDA, seed 004)."""
+    """rbjax.RotationalSpringDamper (ME751 RSDA, Negrut ME751)."""
     pi, pj, z, theta, theta_dot = rsda_geometry(force, q, u)
     k = jnp.asarray(force.stiffness, q.dtype)
     c = jnp.asarray(force.damping, q.dtype)

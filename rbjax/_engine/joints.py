@@ -1,7 +1,7 @@
 """Constraint machinery of a mechanism: W, γ, the Schur complement and reaction forces.
 
-A model's joints are perfect bilateral constraints c(q, t) = 0 (seed 000 eqs. (77)-(82)). In
-generalized velocities u (seed 000 eq. (37)), ċ = W u + c_t with W = c_q Q⁻¹, and
+A model's joints are perfect bilateral constraints c(q, t) = 0 (Möller & Glocker 2012 eqs. (77)-(82)). In
+generalized velocities u (Möller & Glocker 2012 eq. (37)), ċ = W u + c_t with W = c_q Q⁻¹, and
 
     M u̇ = f − h + Wᵀλ,      W u̇ = γ = −(∂ċ/∂q q̇ + ∂ċ/∂t)|_u.
 
@@ -9,10 +9,10 @@ W and γ come from automatic differentiation of each joint's residual alone: the
 for a body are jvps of c along q̇ = Q⁻¹(q) e_k (the formulation's kinematics), and γ is a nested
 jvp (DESIGN.md); no Jacobian is written by hand.
 
-Rigid bodies: their normalisation constraint |A|² = 1 has W = e_ν exactly (seed 000 eqs. (44),
+Rigid bodies: their normalisation constraint |A|² = 1 has W = e_ν exactly (Möller & Glocker 2012 eqs. (44),
 (89)-(90)), so it is eliminated in closed form: ν̇ = 0 and the joint multipliers solve the Schur
 complement S λ = γ − W̃ a with W̃ = W with the ν columns of rigid bodies removed and
-S = W̃ M⁻¹ W̃ᵀ (M⁻¹ block-diagonal and constant per body, seed 000 eq. (64)). The scaling
+S = W̃ M⁻¹ W̃ᵀ (M⁻¹ block-diagonal and constant per body, Möller & Glocker 2012 eq. (64)). The scaling
 multiplier then follows from the ν row: λ_ν = −(f − h)_ν − (Wᵀλ)_ν (eq. (96) with the joint's
 scaling load). This is exactly the full KKT solution, with a smaller SPD system. S is factored
 by a block-sparse Cholesky over joints (rbjax/_engine/blockchol.py): O(N) for a chain of N links.
@@ -272,9 +272,7 @@ def joint_terms(model, kin, t, q, u, *, jacobian=True, gamma=True, cdot=False):
             joint = jax.tree.map(
                 lambda x: x.reshape(x.shape + (1,) * nbatch) if eqx.is_array(x) else x, grp.joint
             )
-
-            def res(a, b, s, joint=joint):
-                return joint.residual(a, b, s)
+            res = joint.residual  # vectorised: the same code takes the engine's arrays
         else:
             res = _one_system(grp.joint)
 
@@ -300,7 +298,7 @@ def _fast_path(grp) -> bool:
 
 
 def _minv_rows(mass_b, ht_b, thinv_b, w):
-    """M_b⁻¹ applied to every row of w (m, 7, ...) (seed 000 eq. (64))."""
+    """M_b⁻¹ applied to every row of w (m, 7, ...) (Möller & Glocker 2012 eq. (64))."""
     lin = w[:, 0:3] / mass_b
     nu = (w[:, 3] / ht_b)[:, None]
     rot = jnp.moveaxis(cf.matvec(thinv_b, jnp.moveaxis(w[:, 4:7], 1, 0)), 0, 1)

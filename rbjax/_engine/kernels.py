@@ -6,7 +6,7 @@ quaternion, 3x3 for a matrix) in FRONT and any batch / body axes BEHIND it: a qu
 arithmetic on those components only (no ``dot_general``, no gathers), so it
 
 * broadcasts over any trailing axes (bodies, Monte-Carlo batch) for free,
-* is valid for NON-unit quaternions exactly where seed 000 is,
+* is valid for NON-unit quaternions exactly where Möller & Glocker 2012 is,
 * keeps large batches in structure-of-arrays form in memory.
 
 Why this layout: on a 2-core CPU, RK4 of the torque-free body runs at ~30 M body-steps/s
@@ -25,7 +25,7 @@ in 194 fusions and 1.13 ms to no pads in 94 fusions and 0.14 ms; the forward ste
 The public quaternion API (:mod:`rbjax.quaternion`) takes the conventional ``(..., 4)`` layout
 and moves the axis at its boundary; the engine keeps state component-first inside its loops.
 
-Conventions: quaternions scalar-first ``(a0, a1, a2, a3) = (a0, a)`` (seed 000, eq. (1));
+Conventions: quaternions scalar-first ``(a0, a1, a2, a3) = (a0, a)`` (Möller & Glocker 2012, eq. (1));
 the 3x3 matrix ``m`` is indexed ``m[i][j]`` = row i, column j.
 """
 
@@ -59,7 +59,7 @@ def dot3(a, b):
 
 
 def cross(a, b):
-    """a x b; equals ``tilde(a) @ b`` (seed 000, below eq. (5))."""
+    """a x b; equals ``tilde(a) @ b`` (Möller & Glocker 2012, below eq. (5))."""
     a, b = comps(a), comps(b)
     return stack(
         a[1] * b[2] - a[2] * b[1],
@@ -124,7 +124,7 @@ def sym_inv(m):
 
 
 def qmul(a, b):
-    """Quaternion product AB (seed 000, eq. (5))."""
+    """Quaternion product AB (Möller & Glocker 2012, eq. (5))."""
     a0, a1, a2, a3 = comps(a)
     b0, b1, b2, b3 = comps(b)
     return stack(
@@ -136,25 +136,25 @@ def qmul(a, b):
 
 
 def qconj(a):
-    """A* = (a0, -a) (seed 000, eq. (2))."""
+    """A* = (a0, -a) (Möller & Glocker 2012, eq. (2))."""
     a = comps(a)
     return stack(a[0], -a[1], -a[2], -a[3])
 
 
 def qnorm2(a):
-    """|A|^2 = s, the scaling factor (seed 000, eqs. (7), (23))."""
+    """|A|^2 = s, the scaling factor (Möller & Glocker 2012, eqs. (7), (23))."""
     a = comps(a)
     return a[0] * a[0] + a[1] * a[1] + a[2] * a[2] + a[3] * a[3]
 
 
 def qdot4(a, b):
-    """Euclidean inner product psi(A).psi(B) (seed 000, eq. (14))."""
+    """Euclidean inner product psi(A).psi(B) (Möller & Glocker 2012, eq. (14))."""
     a, b = comps(a), comps(b)
     return a[0] * b[0] + a[1] * b[1] + a[2] * b[2] + a[3] * b[3]
 
 
 def transform(a, x):
-    """y = s R x, the imaginary part of A (0, x) A* (seed 000, eqs. (22)-(24), (27)).
+    """y = s R x, the imaginary part of A (0, x) A* (Möller & Glocker 2012, eqs. (22)-(24), (27)).
 
     Written out as y = (a0^2 - a.a) x + 2 (a.x) a + 2 a0 (a x x), which is eq. (22)
     expanded with Lagrange's formula (26). Valid for any quaternion.
@@ -184,7 +184,7 @@ def rotate_t(a, y):
 
 
 def transform_matrix(a):
-    """s R = E(p) G(p)^T as a component-first 3x3 matrix (seed 000 eq. (22); seed 004 A = E G^T)."""
+    """s R = E(p) G(p)^T as a component-first 3x3 matrix (Möller & Glocker 2012 eq. (22); Negrut ME751 A = E G^T)."""
     a0, a1, a2, a3 = comps(a)
     return stack(
         stack(
@@ -200,6 +200,6 @@ def transform_matrix(a):
 
 
 def kin_qdot(a, nu, omega):
-    """Ȧ = A (ν, ω) / (2 |A|^2): scalable-body kinematics (seed 000, eqs. (37), (84)-(85), (93))."""
+    """Ȧ = A (ν, ω) / (2 |A|^2): scalable-body kinematics (Möller & Glocker 2012, eqs. (37), (84)-(85), (93))."""
     w = comps(omega)
     return qmul(a, (nu, w[0], w[1], w[2])) / (2.0 * qnorm2(a))

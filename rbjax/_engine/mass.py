@@ -1,4 +1,4 @@
-"""The constant mass matrix M = diag(mI, ½trΘ, Θ) (seed 000 eq. (64)), component-first.
+"""The constant mass matrix M = diag(mI, ½trΘ, Θ) (Möller & Glocker 2012 eq. (64)), component-first.
 
 Shared by the formulations and the constraint machinery (joints.py).
 """
@@ -17,7 +17,7 @@ def half_trace(model):
 
 
 def minv(model, x):
-    """M⁻¹ x for the constant block-diagonal mass matrix M = diag(mI, ½trΘ, Θ) (seed 000, eq. (64))."""
+    """M⁻¹ x for the constant block-diagonal mass matrix M = diag(mI, ½trΘ, Θ) (Möller & Glocker 2012, eq. (64))."""
     thinv = cf.sym_inv(inertia_components(model))
     return jnp.concatenate(
         [x[0:3] / model.mass, (x[3] / half_trace(model))[None], cf.matvec(thinv, x[4:7])], axis=0
@@ -25,7 +25,7 @@ def minv(model, x):
 
 
 def mvec(model, x):
-    """M x (seed 000, eq. (64))."""
+    """M x (Möller & Glocker 2012, eq. (64))."""
     th = inertia_components(model)
     return jnp.concatenate(
         [x[0:3] * model.mass, (x[3] * half_trace(model))[None], cf.matvec(th, x[4:7])], axis=0

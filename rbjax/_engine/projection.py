@@ -1,7 +1,7 @@
 """Projection onto the joint manifold in the component-first layout (the engine side of
 :func:`rbjax.assemble`, :func:`rbjax.kinematic_analysis` and the ``Projected`` integrators).
 
-Position corrections are measured in the kinetic-energy metric of seed 000 eq. (64):
+Position corrections are measured in the kinetic-energy metric of Möller & Glocker 2012 eq. (64):
 :func:`closest_point` is the configuration on Φ(q, t) = 0 CLOSEST to the input in that metric
 (min ½δᵀMδ, δ the generalized displacement), :func:`driven_position` the unique nearby root of
 a fully driven mechanism (DOF = 0, ME751's position analysis) and :func:`project_position` the
@@ -159,7 +159,7 @@ def _projection_tangent_solve(g, y, mu, args):
 def project_position(model, t, qt, tol, max_iters):
     """Projection of q̃ onto Φ(q, t) = 0 along the mass-weighted normal AT q̃ (the standard
     projection of Hairer, Lubich & Wanner, Geometric Numerical Integration, §IV.4, in the
-    metric of seed 000 eq. (64)):
+    metric of Möller & Glocker 2012 eq. (64)):
 
         q(μ) = N(q̃ + Q⁻¹(q̃) M⁻¹W̃(q̃)ᵀ μ),      Φ(q(μ), t) = 0,
 
@@ -190,7 +190,7 @@ def _nu_rows(model, dtype, ndim):
 
 def _retract(model, q0, d):
     """R(q0, δ) = N(q0 + Q⁻¹(q0) δ): the configuration reached from q0 by the generalized
-    displacement δ (7, ..., nb) (seed 000 eq. (37); rigid quaternions renormalised, ν of rigid
+    displacement δ (7, ..., nb) (Möller & Glocker 2012 eq. (37); rigid quaternions renormalised, ν of rigid
     bodies ignored)."""
     d = d * (1.0 - _nu_rows(model, q0.dtype, q0.ndim))
     return _renormalise(model, q0 + model.formulation._engine_kinematics(q0, d))
@@ -322,7 +322,7 @@ def closest_point(model, t, q0, tol, max_iters, *, dense=False):
 
         min ½ δᵀMδ   subject to   Φ(R(q0, δ), t) = 0,
 
-    with M of seed 000 eq. (64) and R the retraction of :func:`_retract`. Its KKT system
+    with M of Möller & Glocker 2012 eq. (64) and R the retraction of :func:`_retract`. Its KKT system
     (:func:`_kkt_residual`; ν ≡ 0 for rigid bodies) is square, so the result is a function of q0
     and of the model, differentiated by the implicit function theorem (dense tangent solves).
     Returns (q, largest |Φ| per joint, Gauss–Newton iterations)."""

@@ -1,5 +1,5 @@
 """Joint reactions in the engine's layout: W_kbᵀ λ_k reduced to a force and a torque about
-the joint point (seed 004 "reaction forces"; the public :func:`rbjax.reactions` documents them).
+the joint point (Negrut ME751 "reaction forces"; the public :func:`rbjax.reactions` documents them).
 """
 
 from __future__ import annotations
