@@ -35,7 +35,7 @@ from rbjax import quaternion as quat  # noqa: E402
 
 
 class UserPointForce(rbjax.AbstractForce):
-    """A world force at a body point (seed 000, eq. (75)), as a user writes it."""
+    """A world force at a body point (Möller & Glocker 2012, eq. (75)), as a user writes it."""
 
     body: int = eqx.field(static=True)
     point_body: jax.Array

@@ -18,10 +18,10 @@ dt = 1e-3), 1000 steps each, batch B ∈ {1, 256}, each integrator:
   rev / fwd.
 
 The rev rows use ``rollout``'s default checkpointing (``Checkpoint()``: every step
-recomputed in the backward pass) and, as "rev@False", no checkpointing (every step's residuals
+recomputed in the backward pass) and, as "rev@False", ``checkpoint=None`` (no checkpointing: every step's residuals
 stored); ``--checkpoints`` chooses others. A case that cannot be differentiated is recorded with
 its error. ``--sweep`` adds reverse-mode memory and time against the horizon (``--horizons``)
-for ``checkpoint=False``, the default and ``True`` (k ≈ √steps), saving only the final state or
+for ``checkpoint=None``, the default and ``Checkpoint(every=None)`` (k ≈ √steps), saving only the final state or
 every state (RK4, B = 1); compile times of the double pendulum's reverse mode make it long
 (about a minute per row).
 
@@ -145,7 +145,10 @@ def cost_case(name, integ_name, batch, steps, repeats, checkpoints=(DEFAULT_CHEC
     }
     for ck in checkpoints[1:]:
         other = loss_fn(model, state.t, integ, steps, 1e-3, checkpoint=ck)
-        modes[f"rev@{ck}"] = jax.value_and_grad(other, argnums=(0, 1, 2, 3))
+        # "rev@False" (no checkpointing) keeps the label of the results recorded before
+        # rollout took Checkpoint objects; "rev@<k>" a Checkpoint(every=k)
+        label = "False" if ck is None else str(ck.every)
+        modes[f"rev@{label}"] = jax.value_and_grad(other, argnums=(0, 1, 2, 3))
     base = {
         "part": "cost",
         "problem": name,
@@ -394,16 +397,26 @@ def cost_table(records) -> str:
     return "\n".join(lines)
 
 
+# rollout(checkpoint=...) of the sweep, by the label recorded in the JSON
+SWEEP_CHECKPOINTS = {
+    "none": None,
+    "default": rbjax.Checkpoint(),
+    "sqrt": rbjax.Checkpoint(every=None),
+}
+# labels of results recorded before rollout took Checkpoint objects (checkpoint=False/None/True)
+_OLD_LABELS = {"False": "none", "None": "default", "True": "sqrt"}
+
+
 def sweep_table(records) -> str:
     rows = [r for r in records if r["part"] == "checkpoint_sweep"]
     lines = [
-        "| problem | saved | steps | temp MB: False / default (k = 1) / True (k) | "
-        "rev s: False / default / True |",
+        "| problem | saved | steps | temp MB: none / default (every=1) / every=None (k) | "
+        "rev s: none / default / every=None |",
         "|" + "---|" * 5,
     ]
     for k, group in _groups(rows, lambda r: (r["problem"], r["save_every"] == 1, r["steps"])):
-        by = {r["checkpoint"]: r for r in group}
-        off, dflt, on = by.get("False"), by.get("None"), by.get("True")
+        by = {_OLD_LABELS.get(r["checkpoint"], r["checkpoint"]): r for r in group}
+        off, dflt, on = by.get("none"), by.get("default"), by.get("sqrt")
         if off is None or dflt is None or on is None:
             continue
         lines.append(
@@ -512,12 +525,13 @@ def main(argv=None):
         for name in sweep_problems:
             for every in (False, True):
                 for n in horizons:
-                    for ck in (False, None, True):
+                    for label, ck in SWEEP_CHECKPOINTS.items():
                         r = sweep_case(name, n, 1 if every else n, ck, min(args.repeats, 3))
+                        r["checkpoint"] = label
                         records.append(r)
                         print(
                             f"{name:16s} save_every={r['save_every']:<6d} steps={n:<6d} "
-                            f"checkpoint={ck!s:5s} (k = {r['interval']:4d}) temp "
+                            f"checkpoint={label:8s} (k = {r['interval']:4d}) temp "
                             f"{_mb(r['temp_bytes']):>8s} MB  compile {r['compile_s']:.1f} s  "
                             f"run {r['run_s']:.4f} s",
                             flush=True,

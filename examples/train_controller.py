@@ -52,7 +52,7 @@ DT = 0.02  # s
 
 
 def torque_law(t, state, net):
-    """Body torque from the body angular velocity (state.u[..., 4:7], seed 000 eq. (37))."""
+    """Body torque from the body angular velocity (state.u[..., 4:7], Möller & Glocker 2012 eq. (37))."""
     del t
     w = state.u[0, 4:7] / OMEGA
     tau = TAU_MAX * jnp.tanh(net(w))

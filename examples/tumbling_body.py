@@ -4,7 +4,7 @@ A rigid body with I = diag(1, 2, 3) kg m² spun about its intermediate axis,
 ω₀ = (0.01, 5, 0) rad/s in the body frame, for 20 s. It flips over periodically: ω₂ changes
 sign. We integrate it three ways and check each against physics the code did not produce:
 
-* the rigid-body DAE of the scalable body (seed 000, eq. (93) + |A|² = 1) with the
+* the rigid-body DAE of the scalable body (Möller & Glocker 2012, eq. (93) + |A|² = 1) with the
   structure-preserving implicit midpoint scheme (no renormalisation),
 * the same DAE with classical RK4,
 * Newton–Euler (eq. (95)) with RK4,
