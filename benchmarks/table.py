@@ -196,6 +196,22 @@ def readme() -> str:
             f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, JAX {m.get('jax', '?')} "
             f"on {m.get('backend', '?')}.",
         ]
+    path = HERE / "results" / "versions.json"
+    if path.exists():
+        import versions
+
+        recs = json.loads(path.read_text())
+        m = recs[0].get("machine", {})
+        parts += [
+            "## Before / after a refactoring",
+            f"`python benchmarks/versions.py --before {m.get('before', '?')}`: the free-body and "
+            "double-pendulum rows above for two versions of rbjax on one machine, alternating "
+            "fresh processes (medians of the rounds; float64, 2000 steps, one device). Ratios "
+            "within about ±20 % are this machine's noise (see the per-round values in the JSON).",
+            versions.table(recs),
+            f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, JAX {m.get('jax', '?')} "
+            f"on {m.get('backend', '?')}.",
+        ]
     return "\n\n".join(parts) + "\n"
 
 
