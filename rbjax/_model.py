@@ -1,4 +1,4 @@
-"""The model: bodies stacked as arrays, gravity, forces and a formulation (docs/architecture.md).
+"""The model: bodies stacked as arrays, gravity, forces and a formulation (docs/devdocs/architecture.md).
 
 Static structure (body count, which bodies are scalable, names, force types) drives tracing;
 physical parameters (masses, inertias, gravity, force parameters) are array leaves, so

@@ -7,7 +7,7 @@ generalized velocities u (Möller & Glocker 2012 eq. (37)), ċ = W u + c_t with 
 
 W and γ come from automatic differentiation of each joint's residual alone: the 7 columns of W
 for a body are jvps of c along q̇ = Q⁻¹(q) e_k (the formulation's kinematics), and γ is a nested
-jvp (DESIGN.md); no Jacobian is written by hand.
+jvp; no Jacobian is written by hand.
 
 Rigid bodies: their normalisation constraint |A|² = 1 has W = e_ν exactly (Möller & Glocker 2012 eqs. (44),
 (89)-(90)), so it is eliminated in closed form: ν̇ = 0 and the joint multipliers solve the Schur
