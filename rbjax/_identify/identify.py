@@ -99,7 +99,9 @@ def identify(
     template = (dyn0, seg0)
     flat0 = np.asarray(ravel_pytree(template)[0])
     p_phys = int(ravel_pytree(dyn0)[0].size)
-    mode = "forward" if solver.needs_jacobian else choose_mode(autodiff, flat0.size)
+    mode = choose_mode(autodiff, flat0.size)  # validates autodiff for every solver
+    if solver.needs_jacobian:
+        mode = "forward"  # Levenberg–Marquardt needs J at every step
     evaluate = _host_objective(mode, template)
     if shooting is not None:
         guesses = check_segment_guesses(shooting.states0, data, model0, problem.n_seg)
