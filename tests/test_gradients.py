@@ -67,9 +67,8 @@ def _central(vals, n, eps, eps_set):
     return np.stack([fds[e][k] for k, e in enumerate(rows)])
 
 
-# XLA:CPU compiles the large programs of mechanism derivatives 25-60 % faster without its
-# new fusion emitters (slider-crank forward mode: 65 s -> 28 s), at equal run time for them
-# (it does slow the small kernels of free-body rollouts, so it is not a global setting).
+# Compile time dominates these checks (slider-crank forward mode: 65 s with XLA's default CPU
+# emitters, 28 s with the older ones the suite runs with; tests/conftest.py).
 
 
 def _forward_and_fd(f, n, eps):
