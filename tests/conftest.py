@@ -9,7 +9,7 @@ large mechanism programs (Schur solves, projections, derivatives) than the older
 the tests run with ``--xla_cpu_use_fusion_emitters=false``: it changes the generated loops, not
 the operations, and every tolerance applies unchanged. This is the one place where the suite's
 XLA configuration differs from the default users get, a measured trade-off: on 2 cores the
-whole suite takes 20-22 minutes with the default emitters against 13.5 with this flag, and
+whole suite takes 20-22 minutes with the default emitters against 13.5-15 with this flag, and
 CI must stay under 15 minutes (rbjax issue 13's closing note; whether rbjax should offer the
 faster-compiling configuration to users is a compile-time question for issue 14).
 """
