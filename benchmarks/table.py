@@ -152,6 +152,13 @@ SECTIONS = (
 )
 
 
+def _machine_line(m: dict) -> str:
+    return (
+        f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, JAX {m.get('jax', '?')} "
+        f"on {m.get('backend', '?')}."
+    )
+
+
 def readme() -> str:
     sys.path.insert(0, str(HERE))
     import adapter  # the benchmark scripts own their table formats
@@ -178,10 +185,7 @@ def readme() -> str:
             gradients.sweep_table(recs),
         ]
         m = recs[0].get("machine", {})
-        parts.append(
-            f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, JAX {m.get('jax', '?')} "
-            f"on {m.get('backend', '?')}."
-        )
+        parts.append(_machine_line(m))
     path = HERE / "results" / "adapter.json"
     if path.exists():
         recs = json.loads(path.read_text())
@@ -193,8 +197,7 @@ def readme() -> str:
             "ones (component-first kernels); RK4, 1000 steps, float64. Target: a user force ≤ 2× "
             "the built-in's run time.",
             adapter.table(recs),
-            f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, JAX {m.get('jax', '?')} "
-            f"on {m.get('backend', '?')}.",
+            _machine_line(m),
         ]
     path = HERE / "results" / "versions.json"
     if path.exists():
@@ -209,8 +212,7 @@ def readme() -> str:
             "fresh processes (medians of the rounds; float64, 2000 steps, one device). Ratios "
             "within about ±20 % are this machine's noise (see the per-round values in the JSON).",
             versions.table(recs),
-            f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, JAX {m.get('jax', '?')} "
-            f"on {m.get('backend', '?')}.",
+            _machine_line(m),
         ]
     return "\n\n".join(parts) + "\n"
 

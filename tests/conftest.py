@@ -27,6 +27,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
+import rbjax  # noqa: E402
+
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 
@@ -40,6 +42,21 @@ def assert_close(actual, expected, *, rtol=1e-10, atol=1e-12, err_msg=""):
     np.testing.assert_allclose(
         np.asarray(actual), np.asarray(expected), rtol=rtol, atol=atol, err_msg=err_msg
     )
+
+
+def free_body_model():
+    """A torque-free rigid body, I = diag(1, 2, 3), Newton–Euler (cheap to compile)."""
+    return rbjax.Model(rbjax.Body(1.0, np.diag([1.0, 2.0, 3.0])), formulation=rbjax.NewtonEuler())
+
+
+def plane_slider():
+    """A cheap mechanism: one body whose centre is held on the plane z = 0 (CustomConstraint),
+    pushed along x by a tilted gravity, spinning. Returns (model, state)."""
+    plane = rbjax.CustomConstraint(lambda qi, qj, t, p: qi[2:3] - qj[2:3], 0, rbjax.GROUND)
+    body = rbjax.Body(1.0, np.diag([1.0, 2.0, 3.0]))
+    model = rbjax.Model(body, joints=[plane], gravity=[1.0, 0.0, -9.81])
+    state = rbjax.make_state(velocity=[[0.3, 0.2, 0.0]], omega_body=[[0.5, 2.0, 0.1]])
+    return model, state
 
 
 @pytest.fixture

@@ -10,27 +10,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import free_body_model, plane_slider
 
 import rbjax
 from rbjax import Checkpoint
 from rbjax._rollout import _checkpoint_interval
 
 SQRT = Checkpoint(every=None)
-INERTIA = jnp.diag(jnp.array([1.0, 2.0, 3.0]))
 SIE = rbjax.SemiImplicitEuler()
-
-
-def _free_body():
-    return rbjax.Model(rbjax.Body(1.0, INERTIA), formulation=rbjax.NewtonEuler())
-
-
-def _plane_slider():
-    """A cheap mechanism: one body whose centre is held on the plane z = 0 (CustomConstraint),
-    pushed along x by a tilted gravity, spinning."""
-    plane = rbjax.CustomConstraint(lambda qi, qj, t, p: qi[2:3] - qj[2:3], 0, rbjax.GROUND)
-    model = rbjax.Model(rbjax.Body(1.0, INERTIA), joints=[plane], gravity=[1.0, 0.0, -9.81])
-    state = rbjax.make_state(velocity=[[0.3, 0.2, 0.0]], omega_body=[[0.5, 2.0, 0.1]])
-    return model, state
 
 
 def _trajectories_and_gradients(model, state, n, save_every, checkpoints):
@@ -75,7 +62,7 @@ def _assert_same(evals, grads, checkpoints):
 def test_checkpoint_free_body_identical_trajectory_and_gradients():
     # 24 steps saved every 4: k = 2 splits each saved chunk, 4 recomputes one chunk, 12 groups
     # three chunks; a batch of two different bodies
-    model = _free_body()
+    model = free_body_model()
     state = rbjax.make_state(omega_body=[[[0.01, 5.0, 0.2]], [[0.3, 0.1, 4.0]]])
     cks = (None,) + tuple(Checkpoint(every=k) for k in (2, 4, 12)) + (Checkpoint(),)
     evals, grads = _trajectories_and_gradients(model, state, 24, 4, cks)
@@ -85,7 +72,7 @@ def test_checkpoint_free_body_identical_trajectory_and_gradients():
 
 def test_checkpoint_mechanism_identical_trajectory_and_gradients():
     # the mechanism path checks every step (per-step indices are split with the steps)
-    model, state = _plane_slider()
+    model, state = plane_slider()
     cks = (None, Checkpoint(every=2))
     evals, grads = _trajectories_and_gradients(model, state, 12, 4, cks)
     _assert_same(evals, grads, cks)
@@ -106,7 +93,7 @@ def test_checkpoint_automatic_interval_is_about_sqrt_n_steps():
 
 @pytest.mark.parametrize("bad", [3, 5, True, False, 0, 2.5, "yes"])
 def test_checkpoint_invalid_values_are_rejected(bad):
-    model = _free_body()
+    model = free_body_model()
     state = rbjax.make_state(omega_body=[0.0, 0.0, 1.0])
     with pytest.raises(ValueError, match=r"checkpoint = .*Fix:") as err:
         ck = Checkpoint(every=bad) if bad in (3, 5) else bad

@@ -9,26 +9,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import free_body_model, plane_slider
 
 import rbjax
 from rbjax import GradientHealth, gradient_health
 from rbjax._analysis.gradients import _constraint_tangent
 
-INERTIA = jnp.diag(jnp.array([1.0, 2.0, 3.0]))
 SIE = rbjax.SemiImplicitEuler()
-
-
-def _free_body():
-    return rbjax.Model(rbjax.Body(1.0, INERTIA), formulation=rbjax.NewtonEuler())
-
-
-def _plane_slider():
-    """A cheap mechanism: one body whose centre is held on the plane z = 0 (CustomConstraint),
-    pushed along x by a tilted gravity, spinning."""
-    plane = rbjax.CustomConstraint(lambda qi, qj, t, p: qi[2:3] - qj[2:3], 0, rbjax.GROUND)
-    model = rbjax.Model(rbjax.Body(1.0, INERTIA), joints=[plane], gravity=[1.0, 0.0, -9.81])
-    state = rbjax.make_state(velocity=[[0.3, 0.2, 0.0]], omega_body=[[0.5, 2.0, 0.1]])
-    return model, state
 
 
 def _final_state_loss(traj):
@@ -39,7 +26,7 @@ def _final_state_loss(traj):
 
 
 def test_gradient_health_stable_spin_vs_intermediate_axis():
-    model = _free_body()
+    model = free_body_model()
     # the same compiled program for both (only the initial values differ)
     stable = gradient_health(
         model, rbjax.make_state(omega_body=[0.01, 0.01, 5.0]), 1e-2, 200, _final_state_loss,
@@ -118,7 +105,7 @@ def test_gradient_health_verdicts():
 
 def test_gradient_health_mechanism_directions_keep_the_joints():
     # directions in (δr, δθ, δv, δω) are projected onto the plane z = 0 and v_z = 0
-    model, state = _plane_slider()
+    model, state = plane_slider()
     dirs = jax.random.normal(jax.random.PRNGKey(0), (3, 1, 12))
     proj, dof = _constraint_tangent(model, state, dirs)
     assert dof == 10  # 12 coordinates, one position and one velocity equation
@@ -145,14 +132,14 @@ def test_gradient_health_mechanism_directions_keep_the_joints():
     ],
 )
 def test_gradient_health_bad_arguments(kwargs, name):
-    model = _free_body()
+    model = free_body_model()
     state = rbjax.make_state(omega_body=[0.0, 0.0, 1.0])
     with pytest.raises(ValueError, match=rf"^{name} = .*Fix:"):
         gradient_health(model, state, 1e-2, 200, _final_state_loss, **kwargs)
 
 
 def test_gradient_health_bad_positional_arguments():
-    model = _free_body()
+    model = free_body_model()
     state = rbjax.make_state(omega_body=[0.0, 0.0, 1.0])
     with pytest.raises(ValueError, match=r"^loss = .*Fix:"):
         gradient_health(model, state, 1e-2, 200, "sum")

@@ -207,7 +207,8 @@ def _result(run: Run, problem: Problem, template, data, p_phys, rtol) -> Identif
     if problem.n_seg > 1:
         jac = eliminate_segments(jac, n_data, p_phys)
     cov, described = covariance(jac, rtol, names)
-    std_tree = ravel_pytree(dyn)[1](jnp.asarray(np.sqrt(np.diag(cov)), _dtype_of(dyn)))
+    flat_dyn, unravel_dyn = ravel_pytree(dyn)
+    std_tree = unravel_dyn(jnp.asarray(np.sqrt(np.diag(cov)), flat_dyn.dtype))
     params = eqx.combine(dyn, problem.fixed)
     blocks, off = [], 0
     for o in data.observations:
@@ -242,8 +243,3 @@ def _result(run: Run, problem: Problem, template, data, p_phys, rtol) -> Identif
         unidentifiable=described,
         message=run.message,
     )
-
-
-def _dtype_of(dyn):
-    """The floating dtype of the fitted leaves (that of the standard errors)."""
-    return ravel_pytree(dyn)[0].dtype
