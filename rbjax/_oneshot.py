@@ -15,7 +15,8 @@ import functools
 
 import equinox as eqx
 import jax
-from jax.core import Tracer
+
+from ._errors import is_concrete
 
 _OPTIONS = {"xla_backend_optimization_level": 0}
 
@@ -28,7 +29,7 @@ def one_shot_jit(fn):
 
     @functools.wraps(fn)
     def call(*args):
-        if any(isinstance(x, Tracer) for x in jax.tree.leaves(args)):
+        if not is_concrete(args):
             return plain(*args)
         with jax.ensure_compile_time_eval():
             return fast(*args)
