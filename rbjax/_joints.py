@@ -76,7 +76,13 @@ def _frame_vectors(name, z, x):
 
 
 class AbstractJoint(AbstractConstraint):
-    """A joint between two joint frames (point s̄, axes x̄, z̄ in body axes; ȳ = z̄ × x̄)."""
+    """A joint between two joint frames (point s̄, axes x̄, z̄ in body axes; ȳ = z̄ × x̄).
+
+    Unlike the other abstract bases this one holds fields and a constructor: the twelve final
+    joints share exactly these frame fields and their validation, and keeping them flat keeps
+    every user's parameter path (``m.joints[k].s_i``) short (docs/devdocs/architecture.md,
+    "Deviations").
+    """
 
     body_i: int | str = eqx.field(static=True)
     body_j: int | str = eqx.field(static=True)
