@@ -87,6 +87,7 @@ class AbstractJoint(AbstractConstraint):
     body_i: int | str = eqx.field(static=True)
     body_j: int | str = eqx.field(static=True)
     name: str = eqx.field(static=True)
+    _pins_perpendicular: ClassVar[bool] = False  # .at(): z_j from x (Universal, Perpendicular)
     s_i: Float[Array, "3"]
     s_j: Float[Array, "3"]
     z_i: Float[Array, "3"]
@@ -124,7 +125,9 @@ class AbstractJoint(AbstractConstraint):
         ``point`` is the joint origin and ``axis`` the joint axis z in world coordinates (in the
         configuration q), ``x`` an optional world reference direction ⟂ axis (default: any). The
         joint frames in body axes are s̄ = Aᵀ(point − r), z̄ = Aᵀ axis, x̄ = Aᵀ x, so the joint
-        is satisfied exactly in q. Other keyword arguments go to the constructor.
+        is satisfied exactly in q. For :class:`Universal` and :class:`Perpendicular`, whose two
+        axes must be perpendicular, ``axis`` is body i's pin and ``x`` body j's. Other keyword
+        arguments go to the constructor.
         """
         q = np.asarray(q, dtype=float)
         if q.ndim != 2 or q.shape[-1] != 7:
@@ -150,6 +153,8 @@ class AbstractJoint(AbstractConstraint):
 
         si, zi, xi = body_frame(body_i)
         sj, zj, xj = body_frame(body_j)
+        if cls._pins_perpendicular:  # body j's pin is the reference direction x ⟂ axis
+            zj, xj = xj, zj
         return cls(
             body_i, body_j, s_i=si, s_j=sj, z_i=zi, z_j=zj, x_i=xi, x_j=xj, name=name, **kwargs
         )
@@ -201,6 +206,7 @@ class Universal(AbstractJoint):
     perpendicular (4 rows: 3 CD + DP1). Build it with z_i ⟂ z_j in the reference configuration."""
 
     _vectorised: ClassVar[bool] = True
+    _pins_perpendicular: ClassVar[bool] = True
 
     def residual(self, qi, qj, t):
         (_, _, zi), (_, _, zj) = self.frames(qi, qj)
@@ -257,6 +263,7 @@ class Perpendicular(AbstractJoint):
     """z_i ⟂ z_j (1 row; DP1)."""
 
     _vectorised: ClassVar[bool] = True
+    _pins_perpendicular: ClassVar[bool] = True
 
     def residual(self, qi, qj, t):
         (_, _, zi), (_, _, zj) = self.frames(qi, qj)

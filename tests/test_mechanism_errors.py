@@ -75,6 +75,23 @@ def test_axis_validation_names_joint():
         rbjax.Distance(0, 1, length=-1.0, name="rope")
 
 
+@pytest.mark.parametrize("cls", ["Revolute", "Universal", "Perpendicular", "Fixed", "Cylindrical"])
+def test_joint_built_with_at_holds_in_its_configuration(cls):
+    """``.at(q, i, j, point, axis, x)`` gives a joint whose residual is zero in q (for the
+    two-pin joints the pins are ``axis`` on body i and ``x`` on body j), in a configuration
+    with turned bodies, and its frames differ from a joint that does not hold."""
+    turn = np.array([np.cos(0.4), 0.3 * np.sin(0.4), 0.5 * np.sin(0.4), 0.0])
+    q = Q0.copy()
+    q[1, 3:7] = turn / np.linalg.norm(turn)
+    joint = getattr(rbjax, cls).at(q, 0, 1, point=[1.0, 0.2, 0], axis=[0, 1, 0], x=[0, 0, 1])
+    model = rbjax.Model(rods(), joints=[joint])
+    c, _ = residual_max(model, state(q))
+    assert c < 1e-14, (cls, c)
+    moved = q.copy()
+    moved[1, 3:7] = Q0[1, 3:7]
+    assert residual_max(model, state(moved))[0] > 1e-2  # the check can fail
+
+
 def test_assembly_that_cannot_succeed_names_the_joint():
     # rod2 is hinged at x = 1 and ALSO held at distance 5 from the origin: impossible (max 2).
     far = rbjax.Distance(rbjax.GROUND, 1, length=5.0, s_j=[0.5, 0, 0], name="tether")
