@@ -26,6 +26,7 @@ from ._analysis.kinematics import (
 )
 from ._analysis.mobility import Mobility as Mobility, mobility as mobility
 from ._body import Body as Body
+from ._cache import compilation_cache as compilation_cache
 from ._constraints import GROUND as GROUND, AbstractConstraint as AbstractConstraint
 from ._dynamics import (
     AbstractFormulation as AbstractFormulation,

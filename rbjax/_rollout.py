@@ -178,7 +178,12 @@ def rollout(
             "0 (no chunking) or None (automatic)."
         )
     interval = _checkpoint_interval(checkpoint, int(n_steps), int(save_every))
-    return _rollout(
+    # Called with concrete inputs, the compiled program carries no error check: the result code
+    # is read and raised here, on the host. A program with a host callback (equinox's
+    # error_if) is never stored by JAX's persistent compilation cache, so this keeps rollouts
+    # cacheable (rbjax.compilation_cache). Under a caller's trace the check stays inside.
+    traced = not is_concrete((model, state0, dt, integrator))
+    traj = _rollout(
         model,
         state0,
         dt,
@@ -186,10 +191,24 @@ def rollout(
         int(n_steps),
         int(save_every),
         bool(multipliers),
-        bool(throw),
+        bool(throw) and traced,
         int(batch_chunk),
         interval,
     )
+    if throw and not traced:
+        _raise_on_failure(traj, int(n_steps))
+    return traj
+
+
+def _raise_on_failure(traj: Trajectory, n_steps: int):
+    """Raise ``equinox.EquinoxRuntimeError`` (the type the in-program check raises) for the
+    first failing system of a finished rollout, with the message naming its step."""
+    codes = np.asarray(traj.result).reshape(-1)
+    failed = np.flatnonzero(codes != int(RESULTS.successful))
+    if failed.size:
+        k = int(failed[0])
+        step = max(int(np.asarray(traj.failed_step).reshape(-1)[k]), 0)
+        raise eqx.EquinoxRuntimeError(_StepMessages(n_steps)[(int(codes[k]) - 1) * n_steps + step])
 
 
 def _divisors(n: int) -> list[int]:
