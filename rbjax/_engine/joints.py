@@ -348,13 +348,38 @@ class SchurSystem:
                     blk = mm_t(wt[(k, sk)], x[(l, sl)])
                     blocks[(k, l)] = blk if (k, l) not in blocks else blocks[(k, l)] + blk
         self.model, self.terms, self.wt, self.x = model, terms, wt, x
+        self.blocks, self.n = blocks, nj
         if dense:
             self._solve = lambda rhs: dense_solve(blocks, nj, rhs)
         else:
             self._solve = factor(blocks, nj, sum(model.joint_rows)).solve
 
+    def matvec(self, lam: list) -> list:
+        """S λ for per-joint λ (list of (m_k, ...)), from the stored lower blocks (S = Sᵀ)."""
+        out = []
+        for k in range(self.n):
+            acc = None
+            for l in range(self.n):
+                if (k, l) in self.blocks:
+                    term = jnp.sum(self.blocks[(k, l)] * lam[l][None], axis=1)
+                elif (l, k) in self.blocks:
+                    term = jnp.sum(self.blocks[(l, k)] * lam[l][:, None], axis=0)
+                else:
+                    continue
+                acc = term if acc is None else acc + term
+            out.append(acc)
+        return out
+
     def solve(self, rhs: list) -> list:
-        return self._solve(rhs)
+        """S⁻¹ rhs, differentiated as a linear solve (``jax.lax.custom_linear_solve``).
+
+        The tangent of λ = S⁻¹ r is S⁻¹ (ṙ − Ṡ λ) and its transpose is S⁻¹ again (S is
+        symmetric): derivatives reuse the forward factorisation through ``solve`` and
+        differentiate only the product S λ, never the elimination itself. This keeps forward-
+        and reverse-mode programs small (the factorisation is unrolled block by block)."""
+        return jax.lax.custom_linear_solve(
+            self.matvec, list(rhs), lambda _, b: self._solve(b), symmetric=True
+        )
 
     def correction(self, lam: list, like):
         """(M⁻¹W̃ᵀλ (7, ..., nb), (Wᵀλ)_ν (..., nb)) for per-joint λ; ``like`` (7, nb, ...)."""
