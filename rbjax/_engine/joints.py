@@ -348,11 +348,16 @@ class SchurSystem:
                     blk = mm_t(wt[(k, sk)], x[(l, sl)])
                     blocks[(k, l)] = blk if (k, l) not in blocks else blocks[(k, l)] + blk
         self.model, self.terms, self.wt, self.x = model, terms, wt, x
-        self.blocks, self.n = blocks, nj
-        if dense:
-            self._solve = lambda rhs: dense_solve(blocks, nj, rhs)
-        else:
-            self._solve = factor(blocks, nj, sum(model.joint_rows)).solve
+        self.blocks, self.n, self.dense = blocks, nj, dense
+        self._factor = None  # built on the first solve: a projection's residual needs none
+
+    def _solver(self):
+        """The factorised solve (built once, in the caller's trace, outside any solve)."""
+        if self.dense:
+            return lambda rhs: dense_solve(self.blocks, self.n, rhs)
+        if self._factor is None:
+            self._factor = factor(self.blocks, self.n, sum(self.model.joint_rows))
+        return self._factor.solve
 
     def matvec(self, lam: list) -> list:
         """S λ for per-joint λ (list of (m_k, ...)), from the stored lower blocks (S = Sᵀ)."""
@@ -377,8 +382,9 @@ class SchurSystem:
         symmetric): derivatives reuse the forward factorisation through ``solve`` and
         differentiate only the product S λ, never the elimination itself. This keeps forward-
         and reverse-mode programs small (the factorisation is unrolled block by block)."""
+        solve = self._solver()
         return jax.lax.custom_linear_solve(
-            self.matvec, list(rhs), lambda _, b: self._solve(b), symmetric=True
+            self.matvec, list(rhs), lambda _, b: solve(b), symmetric=True
         )
 
     def correction(self, lam: list, like):
