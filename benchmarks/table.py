@@ -199,6 +199,22 @@ def readme() -> str:
             adapter.table(recs),
             _machine_line(m),
         ]
+    path = HERE / "results" / "compile.json"
+    if path.exists():
+        import compile as compile_bench
+
+        recs = json.loads(path.read_text())
+        m = recs[0].get("machine", {})
+        parts += [
+            "## Compile time",
+            "`python benchmarks/compile.py`: trace, lower and compile seconds of each program "
+            "(one fresh process per row, B = 1, 100 RK4 steps, float64), the growth of the "
+            "process's peak memory while compiling, and the program size (lines of StableHLO). "
+            "Targets (issue 14): forward rollouts of ≤ 8 bodies ≤ 5 s, up to 256 bodies ≤ 10 s; "
+            "a reverse-mode gradient ≤ 2× its forward rollout. " + m.get("note", ""),
+            compile_bench.table(recs),
+            _machine_line(m),
+        ]
     path = HERE / "results" / "versions.json"
     if path.exists():
         import versions
