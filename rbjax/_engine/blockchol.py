@@ -8,6 +8,11 @@ operations instead of O(N³) for a dense factorisation.
 Every block operation is unrolled into scalar operations on batch-last arrays (*batch): a block
 row of 1-6 equations is far too small for LAPACK (call overhead dominated: ~4x slower at
 B = 1024), and XLA fuses the scalar operations into a few vectorised loops over the batch.
+Without a batch to vectorise over (fewer than DENSE_MAX_BATCH systems) one dense LAPACK
+Cholesky is faster and compiles in half the time (:func:`prefers_dense`); above
+UNROLL_MAX_ROWS equations each block operation is one batched LAPACK call (smaller programs).
+Derivatives never go through these eliminations: SchurSystem.solve in rbjax/_engine/joints.py
+wraps them in ``jax.lax.custom_linear_solve``.
 """
 
 from __future__ import annotations
@@ -93,6 +98,22 @@ def _sub_mm_t(acc, a, b):
 # on a 16-link chain (80 rows, RK4, B = 64): unrolled 53 µs per step per system and 23 s
 # compile, batched 139 µs and 9 s.
 UNROLL_MAX_ROWS = 80
+
+
+# Below this many systems per block (the batch the engine sees, per chunk), a mechanism of at
+# most DENSE_MAX_ROWS joint equations is solved by ONE dense LAPACK Cholesky: there is no batch
+# for the unrolled scalar operations to vectorise over. Measured (RK4, 2-core CPU, float64),
+# 6-joint arm (30 rows): B = 1 dense 80 µs per system-step and 6.6 s compile against unrolled
+# 271 µs and 13.5 s; B = 8 dense 67 µs / 6.6 s, unrolled 50 µs / 12.2 s; B = 64 dense 49 µs,
+# unrolled 22 µs. 16-link chain (80 rows), B = 1, 100 steps: dense 27 ms and 4.8 s compile,
+# per-block batched 45 ms / 5.4 s, unrolled 74 ms / 19 s.
+DENSE_MAX_BATCH = 4
+DENSE_MAX_ROWS = 120
+
+
+def prefers_dense(rows: int, batch: int) -> bool:
+    """Whether one dense Cholesky beats the block factorisations for this size (see above)."""
+    return batch < DENSE_MAX_BATCH and rows <= DENSE_MAX_ROWS
 
 
 def factor(blocks: dict, n: int, rows: int):

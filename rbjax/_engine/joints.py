@@ -31,7 +31,7 @@ import numpy as np
 from .._constraints import Frame
 from .._topology import GROUND, stack_joints
 from . import kernels as cf
-from .blockchol import dense_solve, factor, mm_t
+from .blockchol import dense_solve, factor, mm_t, prefers_dense
 from .layout import inertia_components
 from .mass import half_trace, minv
 
@@ -352,8 +352,12 @@ class SchurSystem:
         self._factor = None  # built on the first solve: a projection's residual needs none
 
     def _solver(self):
-        """The factorised solve (built once, in the caller's trace, outside any solve)."""
-        if self.dense:
+        """The factorised solve (built once, in the caller's trace, outside any solve): one
+        dense Cholesky when asked, or for a small batch of a mechanism of moderate size
+        (:func:`rbjax._engine.blockchol.prefers_dense`), else the block factorisation."""
+        rows = sum(self.model.joint_rows)
+        batch = int(np.prod(next(iter(self.blocks.values())).shape[2:], dtype=int))
+        if self.dense or prefers_dense(rows, batch):
             return lambda rhs: dense_solve(self.blocks, self.n, rhs)
         if self._factor is None:
             self._factor = factor(self.blocks, self.n, sum(self.model.joint_rows))
