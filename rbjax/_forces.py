@@ -142,6 +142,9 @@ class PointForce(AbstractForce):
             self.body, attitude, self.point_body.astype(dtype), self.force_world.astype(dtype)
         )
 
+    _engine_kernel = staticmethod(kernels.point_force)  # several evaluated together
+    _body_fields = ("body",)
+
     def _engine_resultants(self, model, t, q, u):
         return kernels.point_force(self, model, t, q, u)
 
@@ -164,6 +167,9 @@ class BodyTorque(AbstractForce):
     def wrench(self, model, t, state: State) -> Wrench:
         dtype = state.q.dtype
         return Wrench.zeros(model.nb, dtype).add(self.body, moment_body=self.torque_body)
+
+    _engine_kernel = staticmethod(kernels.body_torque)  # several evaluated together
+    _body_fields = ("body",)
 
     def _engine_resultants(self, model, t, q, u):
         return kernels.body_torque(self, model, t, q, u)
@@ -368,6 +374,9 @@ class TranslationalSpringDamper(AbstractForce):
             if b != GROUND:
                 out = out.add_point_force(b, state.q[b, 3:7], jnp.asarray(s, dtype), f)
         return out
+
+    _engine_kernel = staticmethod(kernels.tsda)  # several evaluated together
+    _body_fields = ("body_i", "body_j")
 
     def _engine_resultants(self, model, t, q, u):
         return kernels.tsda(self, model, t, q, u)
@@ -580,6 +589,9 @@ class RotationalSpringDamper(AbstractForce):
             if b != GROUND:
                 out = out.add_couple(b, state.q[b, 3:7], torque)
         return out
+
+    _engine_kernel = staticmethod(kernels.rsda)  # several evaluated together
+    _body_fields = ("body_i", "body_j")
 
     def _engine_resultants(self, model, t, q, u):
         return kernels.rsda(self, model, t, q, u)

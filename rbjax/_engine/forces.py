@@ -8,9 +8,12 @@ frame [N m].
 
 from __future__ import annotations
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array
 
 from .._topology import GROUND
@@ -29,8 +32,12 @@ class Resultants(eqx.Module):
         return Resultants(self.F + other.F, self.S + other.S, self.M + other.M)
 
 
-def _onehot(body: int, nb: int, dtype):
-    return jnp.zeros((nb,), dtype).at[body].set(1.0)
+def _onehot(body, nb: int, dtype):
+    """1 at ``body`` over the nb bodies: a static index, or a traced one (a group of forces
+    evaluated under ``jax.vmap``, :func:`total_resultants`)."""
+    if isinstance(body, (int, np.integer)):
+        return jnp.zeros((nb,), dtype).at[body].set(1.0)
+    return (jnp.arange(nb) == body).astype(dtype)
 
 
 def _at_point(p, rho, f, mask) -> Resultants:
@@ -45,10 +52,18 @@ def _at_point(p, rho, f, mask) -> Resultants:
     )
 
 
-def _body_state(q, u, b: int):
-    """(q_b, u_b) of body b ≠ GROUND as component-first (7, ..., 1) slices (b is static, so
-    this is a batched slice of the (7, ..., nb) arrays)."""
-    return q[..., b : b + 1], u[..., b : b + 1]
+def _is_ground(b) -> bool:
+    """Static: a traced body index (a group of forces) is never the ground."""
+    return isinstance(b, (int, np.integer)) and b == GROUND
+
+
+def _body_state(q, u, b):
+    """(q_b, u_b) of body b ≠ GROUND as component-first (7, ..., 1) slices (b static: a
+    batched slice of the (7, ..., nb) arrays; b traced: a dynamic slice)."""
+    if isinstance(b, (int, np.integer)):
+        return q[..., b : b + 1], u[..., b : b + 1]
+    take = lambda x: jax.lax.dynamic_slice_in_dim(x, b, 1, axis=x.ndim - 1)
+    return take(q), take(u)
 
 
 def _pure_torque(p, tau, mask) -> Resultants:
@@ -83,27 +98,30 @@ def resultants_per_system(force, model, t, q, u) -> Resultants:
     )
 
 
-def point_force(force, model, t, q, u) -> Resultants:
-    """rbjax.PointForce: a world force at a body point (Möller & Glocker 2012, eq. (75))."""
-    mask = _onehot(force.body, model.nb, q.dtype)
+def point_force(force, model, t, q, u, bodies=None) -> Resultants:
+    """rbjax.PointForce: a world force at a body point (Möller & Glocker 2012, eq. (75)).
+    ``bodies``: the body index (default ``(force.body,)``; see :func:`total_resultants`)."""
+    (body,) = (force.body,) if bodies is None else bodies
+    mask = _onehot(body, model.nb, q.dtype)
     f = system_vector(force.force_world, q)
     rho = system_vector(force.point_body, q)
     return _at_point(q[3:7], rho, f, mask)
 
 
-def body_torque(force, model, t, q, u) -> Resultants:
+def body_torque(force, model, t, q, u, bodies=None) -> Resultants:
     """rbjax.BodyTorque: a body-frame torque."""
-    mask = _onehot(force.body, model.nb, q.dtype)
+    (body,) = (force.body,) if bodies is None else bodies
+    mask = _onehot(body, model.nb, q.dtype)
     tau = system_vector(force.torque_body, q)
     zero3 = jnp.zeros_like(q[0:3])
     return Resultants(F=zero3, S=jnp.zeros_like(q[0]), M=tau * mask + zero3)
 
 
-def _tsda_point(model, q, u, b: int, s):
+def _tsda_point(model, q, u, b, s):
     """(q_b, P, Ṗ) of the body point s̄ of body b: P = r + A s̄ and its velocity, the jvp of
     P(q) along q̇ = kinematics(q, u). GROUND: the world point s̄ at rest (q_b = None)."""
     s = system_vector(jnp.asarray(s, q.dtype), q)
-    if b == GROUND:
+    if _is_ground(b):
         return None, s, jnp.zeros_like(s)
     qb, ub = _body_state(q, u, b)
     kin = model.formulation._engine_kinematics
@@ -111,10 +129,15 @@ def _tsda_point(model, q, u, b: int, s):
     return qb, p, v
 
 
-def tsda_geometry(force, model, q, u):
+def _pair(force, bodies):
+    return (force.body_i, force.body_j) if bodies is None else bodies
+
+
+def tsda_geometry(force, model, q, u, bodies=None):
     """(q_i, q_j, d, l, e, l̇) component-first; d, e (3, ..., 1), l, l̇ (..., 1)."""
-    qi, pi, vi = _tsda_point(model, q, u, force.body_i, force.s_i)
-    qj, pj, vj = _tsda_point(model, q, u, force.body_j, force.s_j)
+    bi, bj = _pair(force, bodies)
+    qi, pi, vi = _tsda_point(model, q, u, bi, force.s_i)
+    qj, pj, vj = _tsda_point(model, q, u, bj, force.s_j)
     d = pj - pi
     l2 = cf.dot3(d, d)
     # double where: the sqrt and the division never see l = 0, on either branch
@@ -125,9 +148,10 @@ def tsda_geometry(force, model, q, u):
     return qi, qj, d, l, e, cf.dot3(e, vj - vi)
 
 
-def tsda(force, model, t, q, u) -> Resultants:
+def tsda(force, model, t, q, u, bodies=None) -> Resultants:
     """rbjax.TranslationalSpringDamper (ME751 TSDA, Negrut ME751)."""
-    qi, qj, d, l, e, ldot = tsda_geometry(force, model, q, u)
+    bi, bj = _pair(force, bodies)
+    qi, qj, d, l, e, ldot = tsda_geometry(force, model, q, u, (bi, bj))
     k = jnp.asarray(force.stiffness, q.dtype)
     c = jnp.asarray(force.damping, q.dtype)
     l0 = jnp.asarray(force.rest_length, q.dtype)
@@ -136,36 +160,38 @@ def tsda(force, model, t, q, u) -> Resultants:
         rest = rest + force.actuator(t, l, ldot)
     fe = k * d + rest * e  # f e with f = k (l − l0) + c l̇ + h, since k l e = k d
     parts = []
-    for b, qb, s, f in ((force.body_i, qi, force.s_i, fe), (force.body_j, qj, force.s_j, -fe)):
+    for b, qb, s, f in ((bi, qi, force.s_i, fe), (bj, qj, force.s_j, -fe)):
         if qb is not None:
             rho = system_vector(jnp.asarray(s, q.dtype), q)
             parts.append(_at_point(qb[3:7], rho, f, _onehot(b, model.nb, q.dtype)))
     return _sum(parts)
 
 
-def rsda_geometry(force, q, u):
+def rsda_geometry(force, q, u, bodies=None):
     """(p_i, p_j, z, θ, θ̇) component-first; z (3, ..., 1), θ, θ̇ (..., 1); p = None for
     GROUND."""
 
     def frame(b, *vectors):
         """Quaternion, world vectors A x̄ and world angular velocity R ω / s of body b."""
         vs = [system_vector(jnp.asarray(x, q.dtype), q) for x in vectors]
-        if b == GROUND:
+        if _is_ground(b):
             return None, vs, jnp.zeros_like(vs[0])
         qb, ub = _body_state(q, u, b)
         p = qb[3:7]
         return p, [cf.transform(p, x) for x in vs], cf.rotate(p, ub[4:7]) / cf.qnorm2(p)
 
-    pi, (z, xi), wi = frame(force.body_i, force.axis_i, force.ref_i)
-    pj, (xj,), wj = frame(force.body_j, force.ref_j)
+    bi, bj = _pair(force, bodies)
+    pi, (z, xi), wi = frame(bi, force.axis_i, force.ref_i)
+    pj, (xj,), wj = frame(bj, force.ref_j)
     z = z / jnp.sqrt(cf.dot3(z, z))
     theta = jnp.arctan2(cf.dot3(z, cf.cross(xi, xj)), cf.dot3(xi, xj))
     return pi, pj, z, theta, cf.dot3(z, wj - wi)
 
 
-def rsda(force, model, t, q, u) -> Resultants:
+def rsda(force, model, t, q, u, bodies=None) -> Resultants:
     """rbjax.RotationalSpringDamper (ME751 RSDA, Negrut ME751)."""
-    pi, pj, z, theta, theta_dot = rsda_geometry(force, q, u)
+    bi, bj = _pair(force, bodies)
+    pi, pj, z, theta, theta_dot = rsda_geometry(force, q, u, (bi, bj))
     k = jnp.asarray(force.stiffness, q.dtype)
     c = jnp.asarray(force.damping, q.dtype)
     th0 = jnp.asarray(force.rest_angle, q.dtype)
@@ -174,17 +200,81 @@ def rsda(force, model, t, q, u) -> Resultants:
         tau = tau + force.actuator(t, theta, theta_dot)
     torque = tau * z
     parts = []
-    for b, p, tq in ((force.body_i, pi, -torque), (force.body_j, pj, torque)):
+    for b, p, tq in ((bi, pi, -torque), (bj, pj, torque)):
         if p is not None:
             parts.append(_pure_torque(p, tq, _onehot(b, model.nb, q.dtype)))
     return _sum(parts)
 
 
+def _group_key(force):
+    """Forces evaluated together: the same built-in type (``_engine_kernel``), the same sides on
+    the ground, and the same fields apart from the bodies, every one an array of the same shape
+    or None (so no actuator function). None: the force is evaluated on its own."""
+    cls = type(force)
+    kernel = cls.__dict__.get("_engine_kernel")
+    if kernel is None:
+        return None
+    sig = []
+    for fld in dataclasses.fields(force):
+        if fld.name in cls._body_fields:
+            sig.append((fld.name, getattr(force, fld.name) == GROUND))
+            continue
+        v = getattr(force, fld.name)
+        if v is None:
+            sig.append((fld.name, None))
+        elif eqx.is_array(v):
+            sig.append((fld.name, v.shape, str(v.dtype)))
+        else:
+            return None
+    return (cls, tuple(sig))
+
+
+def _force_groups(forces) -> list[list]:
+    groups: dict = {}
+    alone = []
+    for f in forces:
+        key = _group_key(f)
+        if key is None:
+            alone.append([f])
+        else:
+            groups.setdefault(key, []).append(f)
+    return list(groups.values()) + alone
+
+
+def _group_resultants(group, model, t, q, u) -> Resultants:
+    """The resultants of several forces of one type, traced ONCE: ``jax.vmap`` of the type's
+    kernel over the forces' stacked fields and body indices (scatter into the bodies by a
+    one-hot of the traced index). A robot's motor on every joint is one kernel in the
+    program instead of one per joint, forward and reverse."""
+    first, cls = group[0], type(group[0])
+    names = [
+        f.name
+        for f in dataclasses.fields(first)
+        if f.name not in cls._body_fields and getattr(first, f.name) is not None
+    ]
+    stacked = [jnp.stack([getattr(f, n) for f in group]) for n in names]
+    sides = [n for n in cls._body_fields if getattr(first, n) != GROUND]
+    index = [jnp.asarray([getattr(f, n) for f in group]) for n in sides]
+
+    def one(values, idx):
+        force = eqx.tree_at(lambda m: [getattr(m, n) for n in names], first, list(values))
+        found = dict(zip(sides, idx, strict=True))
+        bodies = tuple(found.get(n, GROUND) for n in cls._body_fields)
+        return cls._engine_kernel(force, model, t, q, u, bodies)
+
+    res = jax.vmap(one)(stacked, index)
+    return Resultants(F=res.F.sum(0), S=res.S.sum(0), M=res.M.sum(0))
+
+
 def total_resultants(model, t, q, u) -> Resultants:
-    """Sum of gravity (F = m g at the centre of mass: S_C = 0, M_C = 0) and all model forces."""
+    """Sum of gravity (F = m g at the centre of mass: S_C = 0, M_C = 0) and all model forces.
+    Built-in forces of one type are evaluated together (:func:`_group_resultants`)."""
     g = system_vector(model.gravity, q)
     zero3 = jnp.zeros((3,) + q.shape[1:], q.dtype)
     total = Resultants(F=model.mass * g + zero3, S=jnp.zeros(q.shape[1:], q.dtype), M=zero3)
-    for force in model.forces:
-        total = total + force._engine_resultants(model, t, q, u)
+    for group in _force_groups(model.forces):
+        if len(group) > 1:
+            total = total + _group_resultants(group, model, t, q, u)
+        else:
+            total = total + group[0]._engine_resultants(model, t, q, u)
     return total
