@@ -9,9 +9,9 @@ large mechanism programs (Schur solves, projections, derivatives) than the older
 the tests run with ``--xla_cpu_use_fusion_emitters=false``: it changes the generated loops, not
 the operations, and every tolerance applies unchanged. This is the one place where the suite's
 XLA configuration differs from the default users get, a measured trade-off: on 2 cores the
-whole suite takes 20-22 minutes with the default emitters against 13.5-15 with this flag, and
-CI must stay under 15 minutes (rbjax issue 13's closing note; whether rbjax should offer the
-faster-compiling configuration to users is a compile-time question for issue 14).
+whole suite takes 13.2 minutes with the default emitters against 10.3-10.5 with this flag
+(before issue 14's compile-time work: 20-22 against 13.5-15), and CI (lint, docs and tests)
+must stay under 15 minutes. The flag goes when the suite fits with the default emitters.
 """
 
 import os
