@@ -215,6 +215,21 @@ def readme() -> str:
             compile_bench.table(recs),
             _machine_line(m),
         ]
+    path = HERE / "results" / "solvers.json"
+    if path.exists():
+        import solvers
+
+        recs = json.loads(path.read_text())
+        parts += [
+            "## Identification solvers",
+            "`python benchmarks/solvers.py` (the `bench` extra installs optimistix): "
+            "`rbjax.identify`'s host-driven Levenberg–Marquardt and L-BFGS against optimistix's "
+            "compiled solvers and optax's `lbfgs` on the same residuals (the tumbling-body fits of "
+            "`examples/identify_tumbling.py`), float64; compile time is the first call minus a "
+            "run.",
+            solvers.table(recs),
+            _machine_line(recs[0].get("machine", {})),
+        ]
     path = HERE / "results" / "versions.json"
     if path.exists():
         import versions
