@@ -364,19 +364,17 @@ class SchurSystem:
         return self._factor.solve
 
     def matvec(self, lam: list) -> list:
-        """S λ for per-joint λ (list of (m_k, ...)), from the stored lower blocks (S = Sᵀ)."""
-        out = []
-        for k in range(self.n):
-            acc = None
-            for l in range(self.n):
-                if (k, l) in self.blocks:
-                    term = jnp.sum(self.blocks[(k, l)] * lam[l][None], axis=1)
-                elif (l, k) in self.blocks:
-                    term = jnp.sum(self.blocks[(l, k)] * lam[l][:, None], axis=0)
-                else:
-                    continue
-                acc = term if acc is None else acc + term
-            out.append(acc)
+        """S λ for per-joint λ (list of (m_k, ...)), from the stored lower blocks (S = Sᵀ);
+        one pass over the structurally non-zero blocks."""
+        out: list = [None] * self.n
+
+        def add(k, term):
+            out[k] = term if out[k] is None else out[k] + term
+
+        for (k, l), blk in self.blocks.items():
+            add(k, jnp.sum(blk * lam[l][None], axis=1))
+            if k != l:
+                add(l, jnp.sum(blk * lam[k][:, None], axis=0))
         return out
 
     def solve(self, rhs: list) -> list:
