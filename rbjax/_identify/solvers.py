@@ -94,6 +94,17 @@ def _diverged(k: int):
     )
 
 
+def _accepted(it, old: float, k: int, history: list, crit) -> Run | None:
+    """Record the iterate accepted at step k (raise if its loss is not finite); a converged
+    Run when the loss fell by at most ``tol`` × the previous loss, else None."""
+    if not np.isfinite(it.f):
+        _diverged(k + 1)
+    history.append(it.f)
+    if 0 <= old - it.f <= crit.tol * old:
+        return Run(it, history, True, f"relative loss decrease ≤ tol = {crit.tol:g}")
+    return None
+
+
 class Criteria(NamedTuple):
     """Stopping rules: ``tol`` relative loss decrease, ``gtol`` gradient test, ``rounding``
     the rounding error of each residual (1e4 ulp of the measured values, in σ)."""
@@ -179,13 +190,9 @@ def run_lbfgs(evaluate, it: Iterate, max_steps, crit: Criteria, memory_size) -> 
         if found is None:
             return _precision_limit(it, crit, history, "the line search found no lower loss")
         a, f_new, (g_new, payload_new) = found
-        old = it.f
-        it = Iterate(it.flat + a * d, f_new, g_new, payload_new)
-        if not np.isfinite(it.f):
-            _diverged(k + 1)
-        history.append(it.f)
-        if 0 <= old - it.f <= crit.tol * old:
-            return Run(it, history, True, f"relative loss decrease ≤ tol = {crit.tol:g}")
+        old, it = it.f, Iterate(it.flat + a * d, f_new, g_new, payload_new)
+        if (done := _accepted(it, old, k, history, crit)) is not None:
+            return done
     return Run(it, history, False, "max_steps reached")
 
 
@@ -204,7 +211,7 @@ def run_lm(evaluate, it: Iterate, max_steps, crit: Criteria) -> Run:
     mu = 1e-3
     nu = 2.0
     history = [it.f]
-    for _ in range(max_steps):
+    for k in range(max_steps):
         if (done := _stationary(it, crit)) is not None:
             return done._replace(history=history)
         r, jac, _ = it.payload
@@ -228,11 +235,9 @@ def run_lm(evaluate, it: Iterate, max_steps, crit: Criteria) -> Run:
                 return _precision_limit(it, crit, history, "no step decreases the loss")
         else:
             return Run(it, history, False, "the damping did not produce a decrease")
-        old = it.f
-        it = Iterate(it.flat + delta, f_new, g_new, payload_new)
-        history.append(it.f)
-        if 0 <= old - it.f <= crit.tol * old:
-            return Run(it, history, True, f"relative loss decrease ≤ tol = {crit.tol:g}")
+        old, it = it.f, Iterate(it.flat + delta, f_new, g_new, payload_new)
+        if (done := _accepted(it, old, k, history, crit)) is not None:
+            return done
     return Run(it, history, False, "max_steps reached")
 
 
@@ -278,13 +283,9 @@ def run_extra_args(evaluate, step, opt, it: Iterate, max_steps, crit: Criteria) 
         if not np.isfinite(float(np.asarray(value))):
             _diverged(k)
         flat = np.asarray(new)
-        old = it.f
-        it = Iterate(flat, *evaluate(flat))
-        if not np.isfinite(it.f):
-            _diverged(k + 1)
-        history.append(it.f)
-        if 0 <= old - it.f <= crit.tol * old:
-            return Run(it, history, True, f"relative loss decrease ≤ tol = {crit.tol:g}")
+        old, it = it.f, Iterate(flat, *evaluate(flat))
+        if (done := _accepted(it, old, k, history, crit)) is not None:
+            return done
     return Run(it, history, False, "max_steps reached")
 
 
