@@ -31,9 +31,10 @@ import numpy as np
 from .._constraints import Frame
 from .._topology import GROUND, stack_joints
 from . import kernels as cf
-from .blockchol import dense_solve, factor, mm_t, prefers_dense
+from .blockchol import DENSE_MAX_BATCH, UNROLL_MAX_ROWS, dense_solve, factor, mm_t, prefers_dense
+from .elimination import TreeSchur, schedule
 from .layout import inertia_components
-from .mass import half_trace, minv
+from .mass import blocks as mass_blocks, half_trace, minv
 
 
 class Group:
@@ -305,6 +306,31 @@ def _minv_rows(mass_b, ht_b, thinv_b, w):
     return jnp.concatenate([lin, nu, rot], axis=1)
 
 
+# Which factorisation solves S λ = r; tests and benchmarks set it to compare them (None: by
+# :func:`method`).
+FORCE_METHOD: str | None = None
+
+# The elimination along the joint graph closes loops by a dense Schur complement on the closure
+# rows, formed with one tree solve per row: with more loop-closing joints than this, the block
+# Cholesky of S (which exploits the loops' sparsity) is used instead.
+TREE_MAX_CLOSURES = 4
+
+
+def method(topology, rows: int, batch: int) -> str:
+    """How S λ = r is solved for ``rows`` joint equations and ``batch`` systems per call:
+    "dense" (one LAPACK Cholesky), "block" (block Cholesky of S, rbjax/_engine/blockchol.py) or
+    "tree" (elimination along the joint graph, rbjax/_engine/elimination.py)."""
+    if FORCE_METHOD is not None:
+        return FORCE_METHOD
+    if prefers_dense(rows, batch):
+        return "dense"
+    if len(schedule(topology).closures) > TREE_MAX_CLOSURES:
+        return "block"
+    if batch >= DENSE_MAX_BATCH and rows <= UNROLL_MAX_ROWS:
+        return "block"
+    return "tree"
+
+
 def body_of(model, k, side):
     return model.topology.joint_bodies[k][side]
 
@@ -320,7 +346,7 @@ class SchurSystem:
     """
 
     def __init__(self, model, terms: JointTerms, dtype, *, dense: bool = False):
-        nb, nj = model.nb, len(model.joints)
+        nj = len(model.joints)
         rigid = [not s for s in model.scalable]
         thinv = cf.sym_inv(inertia_components(model))
         ht = half_trace(model)
@@ -336,29 +362,65 @@ class SchurSystem:
                     w = w * (1.0 - nu_mask).reshape((1, 7) + (1,) * (w.ndim - 2))
                 wt[(k, side)] = w
                 x[(k, side)] = _minv_rows(model.mass[..., b], ht[..., b], thinv[..., b], w)
-        touching = {b: [] for b in range(nb)}
-        for k, side in wt:
-            touching[body_of(model, k, side)].append((k, side))
-        blocks: dict = {}
-        for b in range(nb):
-            for k, sk in touching[b]:
-                for l, sl in touching[b]:
-                    if l > k:
-                        continue
-                    blk = mm_t(wt[(k, sk)], x[(l, sl)])
-                    blocks[(k, l)] = blk if (k, l) not in blocks else blocks[(k, l)] + blk
         self.model, self.terms, self.wt, self.x = model, terms, wt, x
-        self.blocks, self.n, self.dense = blocks, nj, dense
+        self.n, self.dense = nj, dense
+        rows = sum(model.joint_rows)
+        batch = int(np.prod(next(iter(wt.values())).shape[2:], dtype=int)) if wt else 1
+        self.method = "dense" if dense else method(model.topology, rows, batch)
+        self._blocks = None
+        self._tree = None
         self._factor = None  # built on the first solve: a projection's residual needs none
 
+    @property
+    def blocks(self) -> dict:
+        """The structurally non-zero lower blocks {(k, l): (m_k, m_l, ...)} of S (built once)."""
+        if self._blocks is None:
+            nb = self.model.nb
+            touching = {b: [] for b in range(nb)}
+            for k, side in self.wt:
+                touching[body_of(self.model, k, side)].append((k, side))
+            blocks: dict = {}
+            for b in range(nb):
+                for k, sk in touching[b]:
+                    for l, sl in touching[b]:
+                        if l > k:
+                            continue
+                        blk = mm_t(self.wt[(k, sk)], self.x[(l, sl)])
+                        blocks[(k, l)] = blk if (k, l) not in blocks else blocks[(k, l)] + blk
+            self._blocks = blocks
+        return self._blocks
+
+    def _elimination(self) -> TreeSchur:
+        if self._tree is None:
+            model = self.model
+            w = next(iter(self.wt.values()))
+            batch, nb = w.shape[2:], model.nb
+
+            def per_body(mb):  # (7, 7, ..., nb) -> (7, 7, nb, *batch)
+                mb = jnp.moveaxis(mb, -1, 2)
+                mb = mb.reshape((7, 7, nb) + (1,) * (len(batch) + 3 - mb.ndim) + mb.shape[3:])
+                return jnp.broadcast_to(mb, (7, 7, nb) + batch)
+
+            self._tree = TreeSchur(
+                schedule(model.topology),
+                per_body(mass_blocks(model)),
+                per_body(mass_blocks(model, inverse=True)),
+                self.wt,
+                model.joint_rows,
+            )
+        return self._tree
+
     def _solver(self):
-        """The factorised solve (built once, in the caller's trace, outside any solve): one
-        dense Cholesky when asked, or for a small batch of a mechanism of moderate size
-        (:func:`rbjax._engine.blockchol.prefers_dense`), else the block factorisation."""
-        rows = sum(self.model.joint_rows)
-        batch = int(np.prod(next(iter(self.blocks.values())).shape[2:], dtype=int))
-        if self.dense or prefers_dense(rows, batch):
-            return lambda rhs: dense_solve(self.blocks, self.n, rhs)
+        """The factorised solve (built once, in the caller's trace, outside any solve): by
+        :func:`method`, one dense Cholesky, the elimination along the joint graph
+        (rbjax/_engine/elimination.py) or the block Cholesky of S."""
+        if self.method == "dense":
+            blocks = self.blocks
+            return lambda rhs: dense_solve(blocks, self.n, rhs)
+        if self.method == "tree":
+            tree = self._elimination()
+            tree.factor()
+            return tree.solve
         if self._factor is None:
             self._factor = factor(self.blocks, self.n, sum(self.model.joint_rows))
         return self._factor.solve
@@ -366,6 +428,8 @@ class SchurSystem:
     def matvec(self, lam: list) -> list:
         """S λ for per-joint λ (list of (m_k, ...)), from the stored lower blocks (S = Sᵀ);
         one pass over the structurally non-zero blocks."""
+        if self.method == "tree":
+            return self._elimination().matvec(lam)
         out: list = [None] * self.n
 
         def add(k, term):

@@ -30,3 +30,24 @@ def mvec(model, x):
     return jnp.concatenate(
         [x[0:3] * model.mass, (x[3] * half_trace(model))[None], cf.matvec(th, x[4:7])], axis=0
     )
+
+
+def blocks(model, *, inverse: bool = False):
+    """M (or M⁻¹) as one 7 x 7 block per body, (7, 7, ..., nb) (Möller & Glocker 2012, eq. (64))."""
+    th = inertia_components(model)
+    m, ht = model.mass, half_trace(model)
+    if inverse:
+        th, m, ht = cf.sym_inv(th), 1.0 / m, 1.0 / ht
+    shape = jnp.broadcast_shapes(jnp.shape(m), jnp.shape(ht), th.shape[2:])
+    z = jnp.zeros(shape, th.dtype)
+    diag = [m, m, m, ht]
+    rows = []
+    for i in range(7):
+        row = []
+        for j in range(7):
+            if i < 4 or j < 4:
+                row.append(jnp.broadcast_to(diag[i], shape) if i == j else z)
+            else:
+                row.append(jnp.broadcast_to(th[i - 4, j - 4], shape))
+        rows.append(jnp.stack(row))
+    return jnp.stack(rows)
