@@ -228,7 +228,8 @@ def readme() -> str:
             "above) and by the elimination along the joint graph (a `lax.scan` over the levels "
             "of the spanning tree). Compile seconds and the median run time per step.",
             elimination.table(data["records"]),
-            f"Machine: {data['meta']['machine']}, Python {data['meta']['python']}.",
+            f"Machine: {data['meta']['machine']}, JAX {data['meta'].get('jax', '?')}, "
+            f"Python {data['meta']['python']}. " + data["meta"].get("note", ""),
         ]
     path = HERE / "results" / "solvers.json"
     if path.exists():

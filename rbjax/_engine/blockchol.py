@@ -107,10 +107,10 @@ UNROLL_MAX_ROWS = 80
 # 271 µs and 13.5 s; B = 8 dense 67 µs / 6.6 s, unrolled 50 µs / 12.2 s; B = 64 dense 49 µs,
 # unrolled 22 µs. 16-link chain (80 rows), B = 1, 100 steps: dense 27 ms and 4.8 s compile,
 # per-block batched 45 ms / 5.4 s, unrolled 74 ms / 19 s.
-# 32-link chain (160 rows), B = 1, RK4: dense 1.04 ms per step, elimination along the joint graph
-# (rbjax/_engine/elimination.py) 2.3 ms; 64 links (320 rows): dense 8.4 ms, elimination 4.7 ms.
+# 32-link chain (160 rows), B = 1: dense 0.94 ms per step, per-block batched 0.63 ms
+# (benchmarks/elimination.py).
 DENSE_MAX_BATCH = 4
-DENSE_MAX_ROWS = 200
+DENSE_MAX_ROWS = 120
 
 
 def prefers_dense(rows: int, batch: int) -> bool:

@@ -22,10 +22,10 @@ x = 0 for the ground. Every step costs O(1), so a mechanism of N bodies costs O(
 
 The sweeps run as ``jax.lax.scan`` over a static schedule of *levels* (all links at one depth
 of the spanning tree, eliminated together and padded to the widest level), so the program has
-the same size for a chain of 4 or of 256 links. The small dense blocks are either unrolled into
-scalar operations on batch-last arrays (:class:`TreeFactor`, fastest for large batches) or
-batched LAPACK calls (:class:`TreeFactorLapack`, fastest to compile, as fast for a few systems);
-see LAPACK_MAX_BATCH.
+the same size for a chain of 4 or of 256 links. The small dense blocks are unrolled into scalar
+operations on batch-last arrays, which XLA vectorises over the level and the batch. (Batched
+LAPACK calls per block instead compiled 3x faster but ran 3x slower from B = 64 on, and at
+B = 1 lost to the block Cholesky of S: measured on a 16-link chain, benchmarks/elimination.py.)
 
 Joints that close loops (not in the spanning tree) are handled by a Schur complement on their
 rows: with G their rows of W̃ and H_T the tree KKT matrix, P = G H_T⁻¹ Gᵀ (SPD when the loop
@@ -124,13 +124,6 @@ class Schedule:
                 self.child[l, t, : len(kids[l][t])] = kids[l][t]
         self.joint_rows = rows
         self.topology_bodies = jb
-
-
-# Below this many systems per call the block operations of the sweeps are batched LAPACK calls
-# (TreeFactorLapack), above it unrolled scalar operations (TreeFactor). Measured, 16-link
-# chain, factor and solve, 2-core CPU: B = 1 LAPACK 362 µs and 0.8 s compile, unrolled 379 µs and
-# 2.6 s; B = 64 LAPACK 4.4 ms, unrolled 1.4 ms; B = 1024 LAPACK 75 ms, unrolled 28 ms.
-LAPACK_MAX_BATCH = 4
 
 
 @functools.lru_cache(maxsize=64)
@@ -309,15 +302,12 @@ class TreeSchur:
     non-ground side. ``solve(r)`` takes and returns per-joint lists (m_k, *batch).
     """
 
-    def __init__(self, sched: Schedule, M, Minv, wt: dict, rows, *, lapack: bool | None = None):
+    def __init__(self, sched: Schedule, M, Minv, wt: dict, rows):
         self.sched, self.rows = sched, rows
         nb, m = sched.nb, sched.m
         batch = M.shape[3:]
         dtype = M.dtype
         self.batch, self.dtype = batch, dtype
-        if lapack is None:
-            lapack = int(np.prod(batch, dtype=int)) < LAPACK_MAX_BATCH
-        self.factor_type = TreeFactorLapack if lapack else TreeFactor
 
         def padded(w):
             return jnp.pad(w, [(0, m - w.shape[0])] + [(0, 0)] * (w.ndim - 1))
@@ -352,12 +342,12 @@ class TreeSchur:
                     cols.append(f)
             self.G = jnp.stack(cols)  # (nc, 7, nb, *batch)
 
-    def factor(self) -> "TreeFactor | TreeFactorLapack":
+    def factor(self) -> TreeFactor:
         """Factor the tree and, with loops, the Schur complement on the closure rows (once)."""
         if self.tree is not None:
             return self.tree
         sched, nb, m, batch = self.sched, self.sched.nb, self.sched.m, self.batch
-        tree = self.tree = self.factor_type(sched, self.M, self.Wc, self.Wp, self.pad)
+        tree = self.tree = TreeFactor(sched, self.M, self.Wc, self.Wp, self.pad)
         if self.closures:
             zg = jnp.zeros((m, nb) + batch, self.dtype)
             self.Zx, self.Zy = jax.vmap(lambda f: tree.solve(f, zg))(self.G)
@@ -447,99 +437,3 @@ class TreeSchur:
 
 def _body(sched: Schedule, k: int, side: int) -> int:
     return sched.topology_bodies[k][side]
-
-
-class TreeFactorLapack:
-    """:class:`TreeFactor` with each block operation one batched LAPACK call on batch-first
-    (…, 7, 7) matrices: a handful of operations per level (fast to compile)."""
-
-    def __init__(self, sched: Schedule, M, Wc, Wp, pad):
-        self.sched = sched
-        m = sched.m
-        batch = M.shape[3:]
-        dtype = M.dtype
-        lv = sched.levels
-        self.batch, self.dtype = batch, dtype
-        nbat = len(batch)
-
-        def per_level(x, fill):  # (p, r, nb, *batch) -> (L, w, *batch, p, r)
-            dummy = jnp.broadcast_to(jnp.asarray(fill, dtype), x.shape[:2] + (2,) + x.shape[3:])
-            x = jnp.take(jnp.concatenate([x, dummy], axis=2), lv, axis=2)  # (p, r, L, w, *b)
-            return jnp.moveaxis(x, (0, 1), (-2, -1))
-
-        eye7 = jnp.eye(7, dtype=dtype).reshape((7, 7, 1) + (1,) * nbat)
-        Ml = jnp.moveaxis(
-            jnp.take(
-                jnp.concatenate([M, jnp.broadcast_to(eye7, (7, 7, 2) + batch)], axis=2), lv, axis=2
-            ),
-            (0, 1),
-            (-2, -1),
-        )
-        self.Wc, self.Wp = per_level(Wc, 0.0), per_level(Wp, 0.0)
-        padl = np.concatenate([pad, np.ones((m, 2))], axis=1)[:, lv]  # (m, L, w)
-        P = np.zeros(lv.shape + (m, m))
-        for r in range(m):
-            P[..., r, r] = padl[r]
-        self.padm = jnp.asarray(P.reshape(lv.shape + (1,) * nbat + (m, m)), dtype)
-        self.child, self.pslot = jnp.asarray(sched.child), jnp.asarray(sched.pslot)
-        width = lv.shape[1]
-        tri = jax.scipy.linalg.solve_triangular
-
-        def step(U, xs):
-            Mb, wc, wp, pd, child = xs
-            D = Mb + sum(_pull(U, child[:, c]) for c in range(child.shape[1]))
-            Lb = jnp.linalg.cholesky(D)
-            X = tri(Lb, jnp.swapaxes(wc, -1, -2), lower=True)  # Lb⁻¹ W_jbᵀ (7, m)
-            Lj = jnp.linalg.cholesky(jnp.swapaxes(X, -1, -2) @ X + pd)
-            Y = tri(Lj, wp, lower=True)  # Lj⁻¹ W_jp (m, 7)
-            return jnp.swapaxes(Y, -1, -2) @ Y, (Lb, Lj)
-
-        U0 = jnp.zeros((width,) + batch + (7, 7), dtype)
-        _, (self.Lb, self.Lj) = jax.lax.scan(
-            step, U0, (Ml, self.Wc, self.Wp, self.padm, self.child)
-        )
-
-    def solve(self, f, g):
-        sched = self.sched
-        nb, m = sched.nb, sched.m
-        batch = jnp.broadcast_shapes(self.batch, f.shape[2:], g.shape[2:])
-        lv = sched.levels
-        width = lv.shape[1]
-        tri = jax.scipy.linalg.solve_triangular
-
-        def per_level(x):  # (p, nb, *b) -> (L, w, *b, p, 1)
-            z = jnp.zeros(x.shape[:1] + (2,) + batch, x.dtype)
-            x = jnp.take(
-                jnp.concatenate([jnp.broadcast_to(x, x.shape[:2] + batch), z], axis=1), lv, axis=1
-            )
-            return jnp.moveaxis(x, 0, -1)[..., None]
-
-        fl, gl = per_level(f), per_level(g)
-
-        def chol_solve(L, b):
-            return tri(L, tri(L, b, lower=True), lower=True, trans="T")
-
-        def up(acc, xs):
-            Lb, Lj, wc, wp, fb, gb, child = xs
-            ft = fb + sum(_pull(acc, child[:, k]) for k in range(child.shape[1]))
-            h = gb - wc @ chol_solve(Lb, ft)
-            return jnp.swapaxes(wp, -1, -2) @ chol_solve(Lj, h), (ft, h)
-
-        acc0 = jnp.zeros((width,) + batch + (7, 1), f.dtype)
-        _, (ft, h) = jax.lax.scan(
-            up, acc0, (self.Lb, self.Lj, self.Wc, self.Wp, fl, gl, self.child)
-        )
-
-        def down(x, xs):
-            Lb, Lj, wc, wp, ftb, hb, pslot = xs
-            y = chol_solve(Lj, wp @ _pull(x, pslot) - hb)
-            xb = chol_solve(Lb, ftb - jnp.swapaxes(wc, -1, -2) @ y)
-            return xb, (xb, y)
-
-        x0 = jnp.zeros((width,) + batch + (7, 1), f.dtype)
-        xs = (self.Lb, self.Lj, self.Wc, self.Wp, ft, h, self.pslot)
-        _, (xl, yl) = jax.lax.scan(down, x0, xs, reverse=True)
-        order = np.argsort(lv.reshape(-1), kind="stable")[:nb]
-        xb = jnp.moveaxis(xl[..., 0].reshape((-1,) + batch + (7,))[order], -1, 0)
-        yb = jnp.moveaxis(yl[..., 0].reshape((-1,) + batch + (m,))[order], -1, 0)
-        return xb, yb

@@ -319,14 +319,17 @@ TREE_MAX_CLOSURES = 4
 def method(topology, rows: int, batch: int) -> str:
     """How S λ = r is solved for ``rows`` joint equations and ``batch`` systems per call:
     "dense" (one LAPACK Cholesky), "block" (block Cholesky of S, rbjax/_engine/blockchol.py) or
-    "tree" (elimination along the joint graph, rbjax/_engine/elimination.py)."""
+    "tree" (elimination along the joint graph, rbjax/_engine/elimination.py). Measured
+    (benchmarks/elimination.py, N-link chains, RK4): the elimination wins from B = 64 above
+    80 rows (32 links: 258 against 354 µs per system-step); at B = 1 the block Cholesky of S
+    with one LAPACK call per block is faster (64 links: 1.4 against 2.3 ms per step)."""
     if FORCE_METHOD is not None:
         return FORCE_METHOD
     if prefers_dense(rows, batch):
         return "dense"
-    if len(schedule(topology).closures) > TREE_MAX_CLOSURES:
+    if batch < DENSE_MAX_BATCH or rows <= UNROLL_MAX_ROWS:
         return "block"
-    if batch >= DENSE_MAX_BATCH and rows <= UNROLL_MAX_ROWS:
+    if len(schedule(topology).closures) > TREE_MAX_CLOSURES:
         return "block"
     return "tree"
 
