@@ -320,9 +320,10 @@ def method(topology, rows: int, batch: int) -> str:
     """How S λ = r is solved for ``rows`` joint equations and ``batch`` systems per call:
     "dense" (one LAPACK Cholesky), "block" (block Cholesky of S, rbjax/_engine/blockchol.py) or
     "tree" (elimination along the joint graph, rbjax/_engine/elimination.py). Measured
-    (benchmarks/elimination.py, N-link chains, RK4): the elimination wins from B = 64 above
-    80 rows (32 links: 258 against 354 µs per system-step); at B = 1 the block Cholesky of S
-    with one LAPACK call per block is faster (64 links: 1.4 against 2.3 ms per step)."""
+    (benchmarks/elimination.py, N-link chains, RK4): the elimination is ahead or level from B = 64 above
+    80 rows (32 links: 258 against 354 µs per system-step; 64 links: 694 against 666, 128
+    links: 1419 against 1538); at B = 1 the block Cholesky of S with one LAPACK call per block
+    beat it (64 links: 1.4 ms per step against 2.3 ms for the elimination's LAPACK variant)."""
     if FORCE_METHOD is not None:
         return FORCE_METHOD
     if prefers_dense(rows, batch):
