@@ -33,7 +33,7 @@ from . import _quaternion as quat
 from ._engine import dynamics as dyn, kernels as cf
 from ._engine.forces import total_resultants
 from ._engine.layout import inertia_components, per_system, to_components
-from ._engine.mass import half_trace
+from ._engine.mass import blocks as mass_blocks
 from ._errors import validates_inputs
 from ._state import State
 
@@ -222,12 +222,7 @@ def accelerations(model, state):
 
 def mass_matrix(model):
     """M = diag(mI, ½trΘ, Θ) per body, shape (..., nb, 7, 7) (Möller & Glocker 2012, eq. (64))."""
-    m = model.mass
-    dtype = model.inertia.dtype
-    out = jnp.zeros(m.shape + (7, 7), dtype)
-    out = out.at[..., 0:3, 0:3].set(m[..., None, None] * jnp.eye(3, dtype=dtype))
-    out = out.at[..., 3, 3].set(half_trace(model))
-    return out.at[..., 4:7, 4:7].set(model.inertia)
+    return jnp.moveaxis(mass_blocks(model), (0, 1), (-2, -1))
 
 
 def scaling_force_closed_form(model, state):

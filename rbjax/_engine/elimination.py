@@ -124,6 +124,22 @@ class Schedule:
                 self.child[l, t, : len(kids[l][t])] = kids[l][t]
         self.joint_rows = rows
         self.topology_bodies = jb
+        # Row maps between the per-joint vectors (concatenated in joint order, R rows, index R
+        # reading 0) and the tree layout (m, nb) / the loop-closure rows (nc,).
+        off = [int(o) for o in np.cumsum((0,) + tuple(rows))]
+        self.row_offsets = off
+        R = int(off[-1])
+        self.tree_index = np.full((self.m, nb), R, int)
+        back = np.zeros(R, int)
+        for b, k in enumerate(tree_joint):
+            if k >= 0:
+                self.tree_index[: rows[k], b] = np.arange(off[k], off[k + 1])
+                back[off[k] : off[k + 1]] = np.arange(rows[k]) * nb + b
+        self.closure_index = np.concatenate(
+            [np.arange(off[k], off[k + 1]) for k in self.closures] + [np.zeros(0, int)]
+        )
+        back[self.closure_index] = self.m * nb + np.arange(len(self.closure_index))
+        self.back_index = back
 
 
 @functools.lru_cache(maxsize=64)
@@ -170,7 +186,7 @@ class TreeFactor:
 
     ``M`` (7, 7, nb, *batch) body mass blocks; ``Wc``/``Wp`` (m, 7, nb, *batch) per body the
     rows of its tree joint on the body itself / on its parent (zeros for the ground, for a
-    floating root and for padded rows); ``pad`` (m, nb) 1 on padded rows.
+    floating root and for padded rows, which get a unit diagonal in E).
 
     Inside the sweeps every block is a nested list of (width, *batch) arrays, one per entry,
     and a level's links receive their children's contributions by a gather from the previous
@@ -179,8 +195,9 @@ class TreeFactor:
     level: 450 µs stacked against 86 µs as separate entries).
     """
 
-    def __init__(self, sched: Schedule, M, Wc, Wp, pad):
+    def __init__(self, sched: Schedule, M, Wc, Wp):
         self.sched = sched
+        pad = (sched.tree_index == sched.row_offsets[-1]).astype(float)  # (m, nb)
         m = sched.m
         batch = M.shape[3:]
         dtype = M.dtype
@@ -296,48 +313,41 @@ class TreeFactor:
 
 
 class TreeSchur:
-    """S⁻¹ r for S = W̃ M⁻¹ W̃ᵀ by the tree elimination, loops closed by a Schur complement.
+    """S⁻¹ r and S r for S = W̃ M⁻¹ W̃ᵀ by the tree elimination, loops closed by a Schur
+    complement on their rows.
 
-    ``M`` (7, 7, nb, *batch); ``wt`` {(joint, side): W̃ block (m_k, 7, *batch)} for every
-    non-ground side. ``solve(r)`` takes and returns per-joint lists (m_k, *batch).
+    ``M`` (7, 7, nb, *batch) the body mass blocks; ``minv`` applies M⁻¹ to per-body vectors
+    (7, nb, *batch); ``wt`` {(joint, side): W̃ block (m_k, 7, *batch)} for every non-ground side.
+    ``solve`` and ``matvec`` take and return per-joint lists (m_k, *batch).
     """
 
-    def __init__(self, sched: Schedule, M, Minv, wt: dict, rows):
-        self.sched, self.rows = sched, rows
+    def __init__(self, sched: Schedule, M, minv, wt: dict):
+        self.sched, self.minv = sched, minv
         nb, m = sched.nb, sched.m
         batch = M.shape[3:]
         dtype = M.dtype
-        self.batch, self.dtype = batch, dtype
+        self.batch, self.dtype, self.M = batch, dtype, M
 
-        def padded(w):
-            return jnp.pad(w, [(0, m - w.shape[0])] + [(0, 0)] * (w.ndim - 1))
+        def block(k, side):  # W̃ of a tree joint side padded to m rows, or zeros
+            w = wt.get((k, side)) if k >= 0 else None
+            if w is None:
+                return jnp.zeros((m, 7) + batch, dtype)
+            w = jnp.pad(w, [(0, m - w.shape[0])] + [(0, 0)] * (w.ndim - 1))
+            return jnp.broadcast_to(w, (m, 7) + batch)
 
-        zero = jnp.zeros((m, 7) + batch, dtype)
-        wc, wp, pad = [], [], np.ones((m, nb))
-        for b in range(nb):
-            k = int(sched.tree_joint[b])
-            if k < 0:
-                wc.append(zero)
-                wp.append(zero)
-                continue
-            s = int(sched.child_side[b])
-            wc.append(jnp.broadcast_to(padded(wt[(k, s)]), (m, 7) + batch))
-            wpk = wt.get((k, 1 - s))
-            wp.append(zero if wpk is None else jnp.broadcast_to(padded(wpk), (m, 7) + batch))
-            pad[: rows[k], b] = 0.0
-        Wc = jnp.stack(wc, axis=2)
-        Wp = jnp.stack(wp, axis=2)
-        self.Wc, self.Wp, self.Minv, self.M, self.pad = Wc, Wp, Minv, M, pad
+        tj, cs = sched.tree_joint, sched.child_side
+        self.Wc = jnp.stack([block(int(tj[b]), int(cs[b])) for b in range(nb)], axis=2)
+        self.Wp = jnp.stack([block(int(tj[b]), 1 - int(cs[b])) for b in range(nb)], axis=2)
         self.closures = sched.closures
         self.tree = None
         if self.closures:
             cols = []  # one right-hand side f (7, nb, *batch) per loop-closure row
             for k in self.closures:
-                for r in range(rows[k]):
+                for r in range(sched.joint_rows[k]):
                     f = jnp.zeros((7, nb) + batch, dtype)
                     for side in (0, 1):
                         if (k, side) in wt:
-                            b = _body(sched, k, side)
+                            b = sched.topology_bodies[k][side]
                             f = f.at[:, b].add(jnp.broadcast_to(wt[(k, side)][r], (7,) + batch))
                     cols.append(f)
             self.G = jnp.stack(cols)  # (nc, 7, nb, *batch)
@@ -347,7 +357,7 @@ class TreeSchur:
         if self.tree is not None:
             return self.tree
         sched, nb, m, batch = self.sched, self.sched.nb, self.sched.m, self.batch
-        tree = self.tree = TreeFactor(sched, self.M, self.Wc, self.Wp, self.pad)
+        tree = self.tree = TreeFactor(sched, self.M, self.Wc, self.Wp)
         if self.closures:
             zg = jnp.zeros((m, nb) + batch, self.dtype)
             self.Zx, self.Zy = jax.vmap(lambda f: tree.solve(f, zg))(self.G)
@@ -360,80 +370,52 @@ class TreeSchur:
             self.Pf = jax.scipy.linalg.cho_factor(0.5 * (P + jnp.swapaxes(P, -1, -2)), lower=True)
         return tree
 
+    def _split(self, r: list):
+        """Per-joint vectors → (tree layout (m, nb, *batch), closure rows (nc, *batch))."""
+        batch = jnp.broadcast_shapes(self.batch, *(x.shape[1:] for x in r))
+        flat = jnp.concatenate(
+            [jnp.broadcast_to(x, x.shape[:1] + batch) for x in r]
+            + [jnp.zeros((1,) + batch, self.dtype)]
+        )
+        return flat[self.sched.tree_index], flat[self.sched.closure_index], batch
+
+    def _join(self, tree, closure, batch) -> list:
+        """Inverse of :meth:`_split`: tree layout and closure rows → per-joint vectors."""
+        m, nb = self.sched.m, self.sched.nb
+        flat = jnp.concatenate([tree.reshape((m * nb,) + batch), closure])
+        return jnp.split(flat[self.sched.back_index], self.sched.row_offsets[1:-1])
+
     def matvec(self, lam: list) -> list:
         """S λ = W̃ M⁻¹ W̃ᵀ λ for per-joint λ (list of (m_k, *batch)), vectorised over bodies."""
-        sched, rows, nb = self.sched, self.rows, self.sched.nb
-        batch = jnp.broadcast_shapes(self.batch, *(x.shape[1:] for x in lam))
-        lt = self._tree_rhs(lam, batch, 1.0)  # (m, nb, *batch)
+        nb = self.sched.nb
+        lt, lc, batch = self._split(lam)
         F = jnp.einsum("rcb...,rb...->cb...", self.Wc, lt)
         Fp = jnp.einsum("rcb...,rb...->cb...", self.Wp, lt)
-        par = jnp.asarray(sched.parent)
+        par = self.sched.parent  # nb (ground) or nb + 1 (floating root): dropped
         F = jnp.concatenate([F, jnp.zeros((7, 2) + batch, F.dtype)], axis=1).at[:, par].add(Fp)
         F = F[:, :nb]
         if self.closures:
-            lc = jnp.concatenate(
-                [jnp.broadcast_to(lam[k], (rows[k],) + batch) for k in self.closures]
-            )
             F = F + jnp.einsum("acb...,a...->cb...", self.G, lc)
-        a = jnp.einsum("cdb...,db...->cb...", self.Minv, F)
+        a = self.minv(F)
         ax = jnp.concatenate([a, jnp.zeros((7, 2) + batch, a.dtype)], axis=1)
         st = jnp.einsum("rcb...,cb...->rb...", self.Wc, a) + jnp.einsum(
             "rcb...,cb...->rb...", self.Wp, ax[:, par]
         )
-        out: list = [None] * len(rows)
-        if self.closures:
-            sc = jnp.einsum("acb...,cb...->a...", self.G, a)
-            o = 0
-            for k in self.closures:
-                out[k] = sc[o : o + rows[k]]
-                o += rows[k]
-        for b in range(nb):
-            k = int(sched.tree_joint[b])
-            if k >= 0:
-                out[k] = st[: rows[k], b]
-        return out
-
-    def _tree_rhs(self, r, batch, sign):
-        """Per-joint vectors → (m, nb, *batch), each tree joint at its child body, padded."""
-        sched, rows, m = self.sched, self.rows, self.sched.m
-        g = []
-        for b in range(sched.nb):
-            k = int(sched.tree_joint[b])
-            if k < 0:
-                g.append(jnp.zeros((m,) + batch, self.dtype))
-            else:
-                rk = jnp.broadcast_to(r[k], (rows[k],) + batch)
-                g.append(jnp.pad(sign * rk, [(0, m - rows[k])] + [(0, 0)] * len(batch)))
-        return jnp.stack(g, axis=1)
+        sc = jnp.einsum("acb...,cb...->a...", self.G, a) if self.closures else lc
+        return self._join(st, sc, batch)
 
     def solve(self, r: list) -> list:
+        """S⁻¹ r: the tree KKT solve with f = 0, g = −r (module docstring), then the loop
+        closures: P y_C = G x₀ + r_C, y = y₀ − Z_y y_C."""
         tree = self.factor()
-        sched, nb, rows = self.sched, self.sched.nb, self.rows
-        batch = jnp.broadcast_shapes(*(x.shape[1:] for x in r))
-        g = self._tree_rhs(r, batch, -1.0)
-        f = jnp.zeros((7, nb) + batch, self.dtype)
-        x, y = tree.solve(f, g)
-        out: list = [None] * len(rows)
-        if self.closures:
-            nc = self.G.shape[0]
-            G = self.G.reshape((nc, 7 * nb) + self.G.shape[3:])
-            gx = jnp.einsum("ai...,i...->a...", G, x.reshape((7 * nb,) + batch))
-            rc = jnp.concatenate(
-                [jnp.broadcast_to(r[k], (rows[k],) + batch) for k in self.closures]
-            )
-            rhs = jnp.moveaxis(gx + rc, 0, -1)[..., None]
-            yc = jnp.moveaxis(jax.scipy.linalg.cho_solve(self.Pf, rhs)[..., 0], -1, 0)
-            y = y - jnp.einsum("a...,am...->m...", yc, self.Zy)
-            o = 0
-            for k in self.closures:
-                out[k] = yc[o : o + rows[k]]
-                o += rows[k]
-        for b in range(nb):
-            k = int(sched.tree_joint[b])
-            if k >= 0:
-                out[k] = y[: rows[k], b]
-        return out
-
-
-def _body(sched: Schedule, k: int, side: int) -> int:
-    return sched.topology_bodies[k][side]
+        nb = self.sched.nb
+        rt, rc, batch = self._split(r)
+        x, y = tree.solve(jnp.zeros((7, nb) + batch, self.dtype), -rt)
+        if not self.closures:
+            return self._join(y, rc, batch)
+        nc = self.G.shape[0]
+        G = self.G.reshape((nc, 7 * nb) + self.G.shape[3:])
+        gx = jnp.einsum("ai...,i...->a...", G, x.reshape((7 * nb,) + batch))
+        rhs = jnp.moveaxis(gx + rc, 0, -1)[..., None]
+        yc = jnp.moveaxis(jax.scipy.linalg.cho_solve(self.Pf, rhs)[..., 0], -1, 0)
+        return self._join(y - jnp.einsum("a...,am...->m...", yc, self.Zy), yc, batch)

@@ -405,12 +405,11 @@ class SchurSystem:
                 mb = mb.reshape((7, 7, nb) + (1,) * (len(batch) + 3 - mb.ndim) + mb.shape[3:])
                 return jnp.broadcast_to(mb, (7, 7, nb) + batch)
 
+            def apply_minv(F):  # (7, nb, *batch) -> M⁻¹ F, same layout
+                return jnp.moveaxis(minv(model, jnp.moveaxis(F, 1, -1)), -1, 1)
+
             self._tree = TreeSchur(
-                schedule(model.topology),
-                per_body(mass_blocks(model)),
-                per_body(mass_blocks(model, inverse=True)),
-                self.wt,
-                model.joint_rows,
+                schedule(model.topology), per_body(mass_blocks(model)), apply_minv, self.wt
             )
         return self._tree
 

@@ -32,12 +32,10 @@ def mvec(model, x):
     )
 
 
-def blocks(model, *, inverse: bool = False):
-    """M (or M⁻¹) as one 7 x 7 block per body, (7, 7, ..., nb) (Möller & Glocker 2012, eq. (64))."""
+def blocks(model):
+    """M as one 7 x 7 block per body, (7, 7, ..., nb) (Möller & Glocker 2012, eq. (64))."""
     th = inertia_components(model)
     m, ht = model.mass, half_trace(model)
-    if inverse:
-        th, m, ht = cf.sym_inv(th), 1.0 / m, 1.0 / ht
     shape = jnp.broadcast_shapes(jnp.shape(m), jnp.shape(ht), th.shape[2:])
     z = jnp.zeros(shape, th.dtype)
     diag = [m, m, m, ht]
