@@ -159,6 +159,12 @@ def _machine_line(m: dict) -> str:
     )
 
 
+def _results(name: str):
+    """The parsed benchmarks/results/<name>, or None when that benchmark has not been run."""
+    path = HERE / "results" / name
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def readme() -> str:
     sys.path.insert(0, str(HERE))
     import adapter  # the benchmark scripts own their table formats
@@ -166,12 +172,9 @@ def readme() -> str:
 
     parts = [INTRO.strip()]
     for name, title, what, fmt in SECTIONS:
-        path = HERE / "results" / name
-        if path.exists():
-            parts += [f"## {title}", what, fmt(json.loads(path.read_text()))]
-    path = HERE / "results" / "gradients.json"
-    if path.exists():
-        recs = json.loads(path.read_text())
+        if (recs := _results(name)) is not None:
+            parts += [f"## {title}", what, fmt(recs)]
+    if (recs := _results("gradients.json")) is not None:
         parts += [
             "## Gradients",
             "`python benchmarks/gradients.py --sweep`: the sum of squares of the final state after "
@@ -186,9 +189,7 @@ def readme() -> str:
         ]
         m = recs[0].get("machine", {})
         parts.append(_machine_line(m))
-    path = HERE / "results" / "adapter.json"
-    if path.exists():
-        recs = json.loads(path.read_text())
+    if (recs := _results("adapter.json")) is not None:
         m = recs[0].get("machine", {})
         parts += [
             "## Extension points: user code through the natural-layout adapter",
@@ -199,11 +200,9 @@ def readme() -> str:
             adapter.table(recs),
             _machine_line(m),
         ]
-    path = HERE / "results" / "compile.json"
-    if path.exists():
+    if (recs := _results("compile.json")) is not None:
         import compile as compile_bench
 
-        recs = json.loads(path.read_text())
         m = recs[0].get("machine", {})
         parts += [
             "## Compile time",
@@ -215,11 +214,9 @@ def readme() -> str:
             compile_bench.table(recs),
             _machine_line(m),
         ]
-    path = HERE / "results" / "elimination.json"
-    if path.exists():
+    if (data := _results("elimination.json")) is not None:
         import elimination
 
-        data = json.loads(path.read_text())
         parts += [
             "## Constrained dynamics: the Schur-complement solvers",
             "`python benchmarks/elimination.py`: N-link chains (revolute joints, 5 rows each), RK4, "
@@ -231,11 +228,9 @@ def readme() -> str:
             f"Machine: {data['meta']['machine']}, JAX {data['meta'].get('jax', '?')}, "
             f"Python {data['meta']['python']}. " + data["meta"].get("note", ""),
         ]
-    path = HERE / "results" / "solvers.json"
-    if path.exists():
+    if (recs := _results("solvers.json")) is not None:
         import solvers
 
-        recs = json.loads(path.read_text())
         parts += [
             "## Identification solvers",
             "`python benchmarks/solvers.py` (the `bench` extra installs optimistix): "
@@ -246,11 +241,9 @@ def readme() -> str:
             solvers.table(recs),
             _machine_line(recs[0].get("machine", {})),
         ]
-    path = HERE / "results" / "versions.json"
-    if path.exists():
+    if (recs := _results("versions.json")) is not None:
         import versions
 
-        recs = json.loads(path.read_text())
         m = recs[0].get("machine", {})
         parts += [
             "## Before / after a refactoring",
