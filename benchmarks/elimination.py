@@ -125,9 +125,12 @@ def main(argv=None):
                 print(table([rec]).splitlines()[-1], flush=True)
     print(table(records))
     if args.json:
+        import jax
+
         meta = {
             "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
             "python": platform.python_version(),
+            "jax": jax.__version__,
         }
         with open(args.json, "w") as fh:
             json.dump({"meta": meta, "records": records}, fh, indent=1)

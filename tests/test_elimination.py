@@ -110,7 +110,8 @@ def test_schedule_is_a_spanning_forest():
 
 
 def _kkt_reference(model, schur, r, i):
-    """λ of system i from the full KKT matrix [M W̃ᵀ; W̃ 0] [x; λ] = [0; −r]... as numpy LU."""
+    """λ of system i: y of the full KKT system [M W̃ᵀ; W̃ 0] [x; y] = [0; −r] (then S y = r),
+    assembled in numpy and solved by LU."""
     nb, rows = model.nb, model.joint_rows
     m = sum(rows)
     off = np.cumsum((0,) + rows)

@@ -53,8 +53,10 @@ class Schedule:
     ``child_side[b]``: which side (0 = body_i, 1 = body_j) of that joint body b is;
     ``parent[b]``: the parent body (``nb`` for the ground, ``nb + 1`` for a floating root);
     ``closures``: joints not in the spanning tree; ``levels`` (n_levels, width) the bodies of
-    each depth, deepest first, padded with the dummy body ``nb + 1``; ``rows``: tree joint rows
-    padded to the largest (``m``).
+    each depth, deepest first, padded with the dummy body ``nb + 1``; ``pslot`` / ``child``:
+    per slot its parent's slot in the next level / its children's slots in the previous one;
+    ``m``: the most rows of a tree joint; ``tree_index``, ``closure_index``, ``back_index``:
+    static row maps between per-joint vectors and the tree layout (m, nb).
     """
 
     def __init__(self, topology):
