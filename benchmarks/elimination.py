@@ -9,7 +9,10 @@ complement S = W̃ M⁻¹ W̃ᵀ solved by each factorisation of rbjax/_engine/j
   LAPACK call per block above (rbjax/_engine/blockchol.py);
 * ``tree``: the elimination along the joint graph, a ``lax.scan`` over the levels of the
   spanning tree (rbjax/_engine/elimination.py);
-* ``auto``: what rbjax chooses (``rbjax._engine.joints.method``).
+* ``auto``: what rbjax chooses (``rbjax._engine.joints.method``);
+* ``mujoco-c``: when the ``mujoco`` package is installed (the ``bench`` extra), the same chain in
+  MuJoCo's C engine (hinge joints in reduced coordinates, RK4, ``mujoco.rollout`` on all cores),
+  the peer measured in the same run.
 
 Each row runs in a fresh process (compile times are not shared).
 
@@ -28,6 +31,56 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def mujoco_row(n: int, batch: int, steps: int) -> dict:
+    """The N-link chain in MuJoCo C: rods of 1 kg and 1 m along x, hinges about y at x = k,
+    inertia about the centre of mass diag(1e-3, 1/12, 1/12), released horizontal."""
+    import mujoco
+    import numpy as np
+    from mujoco import rollout as mj_rollout
+
+    body = ""
+    for k in reversed(range(n)):
+        body = (
+            f'<body pos="{1 if k else 0} 0 0"><joint type="hinge" axis="0 1 0"/>'
+            '<inertial pos="0.5 0 0" mass="1" diaginertia="0.001 0.0833333333 0.0833333333"/>'
+            f"{body}</body>"
+        )
+    xml = (
+        '<mujoco><option timestep="0.001" integrator="RK4" gravity="0 0 -9.81"/>'
+        f"<worldbody>{body}</worldbody></mujoco>"
+    )
+    m = mujoco.MjModel.from_xml_string(xml)
+    spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+    d = mujoco.MjData(m)
+    s0 = np.zeros(mujoco.mj_stateSize(m, spec))
+    mujoco.mj_getState(m, d, s0, spec)
+    init = np.tile(s0, (batch, 1))
+    nthread = os.cpu_count() or 1
+    datas = [mujoco.MjData(m) for _ in range(nthread)]
+    mj_steps = max(steps, 200)
+
+    def call():
+        return mj_rollout.rollout(m, datas, init, nstep=mj_steps, persistent_pool=True)
+
+    call()
+    runs = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        call()
+        runs.append(time.perf_counter() - t0)
+    step_s = statistics.median(runs) / mj_steps
+    return {
+        "bodies": n,
+        "rows": 5 * n,
+        "batch": batch,
+        "method": f"mujoco-c ({nthread} threads)",
+        "chosen": "",
+        "compile_s": 0.0,
+        "us_per_step": 1e6 * step_s,
+        "us_per_system_step": 1e6 * step_s / batch,
+    }
 
 
 def row(n: int, batch: int, method: str, steps: int) -> dict:
@@ -80,8 +133,9 @@ def table(records) -> str:
     lines = [head, "|" + "---|" * 7]
     for r in records:
         name = r["method"] if r["method"] != "auto" else f"auto ({r['chosen']})"
+        compile_s = f"{r['compile_s']:.1f}" if not r["method"].startswith("mujoco") else "—"
         lines.append(
-            f"| {r['bodies']} | {r['rows']} | {r['batch']} | {name} | {r['compile_s']:.1f} | "
+            f"| {r['bodies']} | {r['rows']} | {r['batch']} | {name} | {compile_s} | "
             f"{r['us_per_step']:.0f} | {r['us_per_system_step']:.1f} |"
         )
     return "\n".join(lines)
@@ -92,15 +146,24 @@ def main(argv=None):
     p.add_argument("--json", default=None)
     p.add_argument("--links", default="8,16,32,64,128")
     p.add_argument("--batches", default="1,64")
-    p.add_argument("--methods", default="dense,block,tree")
+    p.add_argument("--methods", default="dense,block,tree,mujoco")
+    p.add_argument("--append", action="store_true", help="add to the records in --json")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--row", nargs=3, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.row:
         n, b, m = args.row
-        print(json.dumps(row(int(n), int(b), m, args.steps)))
+        rec = (
+            mujoco_row(int(n), int(b), args.steps)
+            if m == "mujoco"
+            else row(int(n), int(b), m, args.steps)
+        )
+        print(json.dumps(rec))
         return
     records = []
+    if args.append and args.json and os.path.exists(args.json):
+        with open(args.json) as fh:
+            records = json.load(fh)["records"]
     for b in [int(x) for x in args.batches.split(",")]:
         for n in [int(x) for x in args.links.split(",")]:
             for m in args.methods.split(","):
