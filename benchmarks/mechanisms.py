@@ -88,6 +88,8 @@ INTEGRATORS = {
     "SemiImplicitEuler": lambda: rbjax.SemiImplicitEuler(),
     "Projected(RK4)": lambda: rbjax.Projected(rbjax.RK4()),
     "ImplicitMidpoint": lambda: rbjax.ImplicitMidpoint(),
+    # the solver before issue 14 (Newton with the dense exact Jacobian), measured in the same run
+    "ImplicitMidpoint(exact)": lambda: rbjax.ImplicitMidpoint(newton="exact"),
 }
 FORMULATIONS = {
     "ScalableDAE": rbjax.ScalableDAE,
@@ -131,7 +133,11 @@ def rbjax_case(problem, integrator, formulation, batch, steps, repeats, n_links=
     dt = jnp.asarray(1e-3)
     # ImplicitMidpoint under filter_pmap over host CPU devices deadlocked (all threads in a
     # futex wait) in our runs; it is a reference scheme, so it stays on one device.
-    split_ok = integrator != "ImplicitMidpoint" and batch % devices == 0 and batch >= 64 * devices
+    split_ok = (
+        not integrator.startswith("ImplicitMidpoint")
+        and batch % devices == 0
+        and batch >= 64 * devices
+    )
     devices = devices if devices > 1 and split_ok else 1
     if devices > 1:
         split = jax.tree.map(lambda x: x.reshape((devices, batch // devices) + x.shape[1:]), state)
@@ -343,7 +349,8 @@ def main(argv=None):
         cases = []
     for problem, integ, form, b in cases:
         # the implicit scheme (dense Newton per system) runs fewer steps; rates are per step
-        steps = args.steps if integ != "ImplicitMidpoint" else max(args.steps // 10, 20)
+        implicit = integ.startswith("ImplicitMidpoint")
+        steps = args.steps if not implicit else max(args.steps // 10, 20)
         rec, tr = rbjax_case(problem, integ, form, b, steps, args.repeats, devices=args.devices)
         if problem == "double_pendulum" and integ == "RK4" and form == "ScalableDAE":
             rec["final_angles"] = ref_angles = rbjax_angles(tr)

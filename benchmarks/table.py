@@ -145,7 +145,8 @@ SECTIONS = (
         "Mechanisms",
         "`python benchmarks/mechanisms.py` (with the `bench` extra: MuJoCo C and MJX rows for the "
         "same double pendulum): two rods of 1 kg and 1 m hinged about world y, released "
-        "horizontal, dt = 1e-3, 2000 steps (ImplicitMidpoint: 200), float64; the slider-crank of "
+        'horizontal, dt = 1e-3, 2000 steps (ImplicitMidpoint: 200; "(exact)": with `newton="exact"`, '
+        "the solver before issue 14), float64; the slider-crank of "
         "`examples/slider_crank.py` under a constant crank torque; N-link chains.",
         mechanism_table,
     ),

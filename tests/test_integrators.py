@@ -159,7 +159,8 @@ def _invariants(model, states, inertia):
 
 
 @pytest.mark.slow
-def test_implicit_midpoint_long_horizon_invariants():
+@pytest.mark.parametrize("newton", ["simplified", "exact"])
+def test_implicit_midpoint_long_horizon_invariants(newton):
     """1e5 steps (100 s) of the tumbling intermediate-axis body, saved every 100 steps.
 
     Measured (float64, rbjax after commit 9ab4171): max |A|²−1 = 3.3e-16; max |E−E0|/E0 =
@@ -172,7 +173,12 @@ def test_implicit_midpoint_long_horizon_invariants():
     s0 = rbjax.make_state(omega_body=np.array([0.01, 5.0, 0.0]))
     n_steps, save_every = 100_000, 100
     traj = rbjax.rollout(
-        model, s0, 1e-3, n_steps, integrator=rbjax.ImplicitMidpoint(), save_every=save_every
+        model,
+        s0,
+        1e-3,
+        n_steps,
+        integrator=rbjax.ImplicitMidpoint(newton=newton),
+        save_every=save_every,
     )
     assert int(traj.result) == rbjax.RESULTS.successful
     assert_close(traj.t[-1], 100.0, rtol=1e-11)  # t is accumulated: 1e5 additions of dt
@@ -191,9 +197,10 @@ def test_implicit_midpoint_long_horizon_invariants():
     roundoff_budget = n_steps * EPS  # one ulp per step
     assert np.max(np.abs(rel_e[-k:])) <= np.max(np.abs(rel_e[:k])) + roundoff_budget
     # the fitted drift rate is a small fraction of an ulp per step: measured 0.003 ulp/step
-    # (the old Newton stopping rule gave a systematic 0.06 ulp/step, which this rejects)
+    # with exact Newton (the old Newton stopping rule gave a systematic 0.06 ulp/step, which
+    # this rejects) and 0.05 with the simplified iteration
     rate = np.polyfit(np.arange(len(rel_e)) * save_every, rel_e, 1)[0]
-    assert abs(rate) <= 0.02 * EPS, rate / EPS
+    assert abs(rate) <= (0.02 if newton == "exact" else 0.2) * EPS, rate / EPS
 
     # body-frame angular momentum magnitude |Θω| (a quadratic invariant)
     rel_hb = np.abs(hb / hb[0] - 1.0)

@@ -422,14 +422,19 @@ def test_float32_rk4_rollout_agrees_with_float64():
     assert dq > 1e-8  # it really ran in single precision
 
 
-def test_float32_implicit_midpoint_keeps_unit_quaternion():
-    """Measured over 1000 steps, dt = 1e-2: max |A|² − 1 = 1.4e-7 (float32 eps = 1.2e-7),
-    kinetic energy 2.7e-6 relative (the default Newton tol in float32 is 1.2e-4)."""
+@pytest.mark.parametrize("newton", ["simplified", "exact"])
+def test_float32_implicit_midpoint_keeps_unit_quaternion(newton):
+    """Measured over 1000 steps, dt = 1e-2: max |A|² − 1 = 1.3e-7 (float32 eps = 1.2e-7),
+    kinetic energy 1.1e-5 relative with the simplified iteration (its remaining error, about
+    one ulp along a fixed direction, drifts the energy by ~0.1 ulp per step) and 2.8e-6 with
+    exact Newton (the default Newton tol in float32 is 1.2e-4)."""
     m32, s32 = _f32_setup()
-    traj = rbjax.rollout(m32, s32, 1e-2, 1000, integrator=rbjax.ImplicitMidpoint(), save_every=10)
+    integ = rbjax.ImplicitMidpoint(newton=newton)
+    traj = rbjax.rollout(m32, s32, 1e-2, 1000, integrator=integ, save_every=10)
     assert traj.q.dtype == jnp.float32
     assert int(traj.result) == rbjax.RESULTS.successful
     a2 = np.sum(np.asarray(traj.q[:, 0, 3:7], np.float64) ** 2, axis=-1) - 1.0
     assert np.max(np.abs(a2)) <= 1e-6, np.max(np.abs(a2))
     e = np.asarray(rbjax.kinetic_energy(m32, traj.states), np.float64)
-    assert np.max(np.abs(e / e[0] - 1.0)) <= 1e-5, np.max(np.abs(e / e[0] - 1.0))
+    bound = 1e-5 if newton == "exact" else 3e-5
+    assert np.max(np.abs(e / e[0] - 1.0)) <= bound, np.max(np.abs(e / e[0] - 1.0))

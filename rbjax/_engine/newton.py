@@ -41,6 +41,12 @@ def batched_solve(jac, rhs):
     return jnp.moveaxis(x, -1, 0)
 
 
+def dense_tangent_solve(g, y, *_):
+    """Exact tangent solve of :func:`implicit_root` with the dense Jacobian of the linear map
+    g (one jvp per unknown) and one LU per system."""
+    return batched_solve(batch_jacobian(g, y), y)
+
+
 @eqx.filter_custom_jvp
 def implicit_root(args, *, residual, solve, tangent_solve):
     """The root z* of F(z, args) = ``residual(z, args)`` that ``solve(args)`` returns (as
@@ -48,7 +54,7 @@ def implicit_root(args, *, residual, solve, tangent_solve):
 
         ∂F/∂z · ż = −∂F/∂args · ȧrgs,
 
-    solved by ``tangent_solve(g, y, z*, args)`` for the linear map g = ∂F/∂z at z*. Neither the
+    solved by ``tangent_solve(g, y, z*, args, aux)`` for the linear map g = ∂F/∂z at z*. Neither the
     iterations of ``solve`` nor ``aux`` are differentiated. Unlike ``jax.lax.custom_root`` the
     derivative is traced only when something is differentiated (``equinox.filter_custom_jvp``),
     which keeps the compile time of undifferentiated calls down. The tangent computation is
@@ -72,7 +78,7 @@ def _implicit_root_jvp(primals, tangents, *, residual, solve, tangent_solve):
     def g(v):
         return jax.jvp(lambda zz: residual(zz, args), (z,), (v,))[1]
 
-    dz = -tangent_solve(g, rhs, z, args)
+    dz = -tangent_solve(g, rhs, z, args, jax.lax.stop_gradient(aux))
     return (z, aux), (dz, jax.tree.map(_zero_tangent, aux))
 
 

@@ -26,7 +26,14 @@ import numpy as np
 from . import kernels as cf
 from .joints import JointTerms, SchurSystem, joint_terms, solve_multipliers
 from .mass import mvec
-from .newton import batch_jacobian, batched_solve, flatten, implicit_root, unflatten
+from .newton import (
+    batch_jacobian,
+    batched_solve,
+    dense_tangent_solve,
+    flatten,
+    implicit_root,
+    unflatten,
+)
 
 
 def norm_rows(model, x):
@@ -142,7 +149,7 @@ def _projection_solver(tol, max_iters):
 _REFINE_STEPS = 4
 
 
-def _projection_tangent_solve(g, y, mu, args):
+def _projection_tangent_solve(g, y, mu, args, aux):
     """Solve g(x) = y, g = ∂Φ(q(μ))/∂μ at the solution, by iterative refinement
     x ← x + S⁻¹(y − g(x)). g = S + O(|μ|) (μ is of the size of the integrator's local error),
     so each step gains a factor O(|μ|); a fixed number of steps keeps the solve linear in y,
@@ -224,11 +231,6 @@ def _metric(model, q0, zf):
     return jnp.where(_pinned(model, q0), zf, mass)
 
 
-def _dense_solve(g, y, z, args):
-    """Exact tangent solve with the dense Jacobian of the linear map g (one jvp per unknown)."""
-    return batched_solve(batch_jacobian(g, y), y)
-
-
 def _driven_residual(zf, args):
     model, t, q0 = args
     return jnp.concatenate([_phi(model, t, q0, zf), zf[_nu_index(model)]], axis=0)
@@ -257,7 +259,7 @@ def driven_position(model, t, q0, tol, max_iters, *, dense=False):
         (model, t, q0),
         residual=_driven_residual,
         solve=_gauss_newton_solver(tol, max_iters, dense),
-        tangent_solve=_dense_solve,
+        tangent_solve=dense_tangent_solve,
     )
     q = _retract(model, q0, unflatten(z, 7, model.nb))
     return q, joint_errors(model, residuals(model, t, q)), it
@@ -330,7 +332,7 @@ def closest_point(model, t, q0, tol, max_iters, *, dense=False):
         (model, t, q0),
         residual=_kkt_residual,
         solve=_kkt_solver(tol, max_iters, dense),
-        tangent_solve=_dense_solve,
+        tangent_solve=dense_tangent_solve,
     )
     q = _retract(model, q0, unflatten(z[: 7 * model.nb], 7, model.nb))
     return q, joint_errors(model, residuals(model, t, q)), it

@@ -1,0 +1,145 @@
+"""The implicit midpoint step's simplified Newton (rbjax/_engine/midpoint.py).
+
+References: the exact Jacobian of the midpoint residual by ``jax.jacfwd`` (dense, one system),
+Newton's method with that Jacobian (the solver before the simplified iteration), and central
+finite differences of whole rollouts for the derivatives.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import assert_close
+from test_elimination import _state, branched, chain
+
+import rbjax
+from rbjax._engine import midpoint as mp
+from rbjax._engine.newton import batch_jacobian, batched_solve
+
+
+def _components(state):
+    return state.t[:, None], jnp.moveaxis(state.q, -1, 0), jnp.moveaxis(state.u, -1, 0)
+
+
+def _mechanism(name, formulation, **kw):
+    q0, bodies, joints = {"chain": chain, "branched": branched}[name](**kw)
+    model = rbjax.Model(bodies, joints=joints, gravity=[0.0, 0.0, -9.81], formulation=formulation)
+    return model, rbjax.assemble(model, _state(q0, 2))
+
+
+def _exact_root(model, t, q, u, h):
+    """The midpoint root by Newton's method with the exact (autodiff) Jacobian."""
+    args = (model, t, q, u, h)
+    fn = lambda z: mp.residual(z, args)  # noqa: E731
+    z = mp._guess(model, q, u)
+    for _ in range(8):
+        z = z + batched_solve(batch_jacobian(fn, z), -fn(z))
+    return z
+
+
+def _radius(model, t, q, u, h):
+    """Spectral radius of I − P⁻¹J per system of a batch of two."""
+    z = _exact_root(model, t, q, u, h)
+    jac = np.asarray(jax.jacfwd(lambda zz: mp.residual(zz, (model, t, q, u, h)))(z))
+    precondition = mp.Preconditioner(model, t, q, h)
+    n = z.shape[0]
+    cols = jax.vmap(lambda e: precondition(e[:, None] * jnp.ones((1, 2))))(jnp.eye(n))
+    cols = np.asarray(cols)  # (column, row, system)
+    return [
+        np.max(np.abs(np.linalg.eigvals(np.eye(n) - cols[:, :, i].T @ jac[:, i, :, i])))
+        for i in range(2)
+    ]
+
+
+CASES = [
+    ("chain", rbjax.NewtonEuler()),
+    ("chain", rbjax.ScalableDAE()),
+    ("branched", rbjax.ScalableDAE()),
+]
+
+
+@pytest.mark.parametrize("name,formulation", CASES, ids=["chain-NE", "chain-DAE", "branched"])
+def test_preconditioner_inverts_the_jacobian_to_first_order_in_h(name, formulation):
+    """I − P⁻¹J at the root, J the exact Jacobian of the residual by jax.jacfwd: its spectral
+    radius is the simplified iteration's contraction and must vanish like h (a wrong sign or
+    factor in the elimination leaves it O(1)). The branched mechanism has a scalable body, a
+    free body and a loop closure (ScalableDAE)."""
+    model, state = _mechanism(name, formulation)
+    t, q, u = _components(state)
+    radius = [r for h in (1e-3, 1e-4) for r in _radius(model, t, q, u, jnp.asarray(h))]
+    assert max(radius[:2]) < 0.05, radius
+    assert max(radius[2:]) < max(radius[:2]) / 5, radius
+
+
+def test_step_matches_exact_newton():
+    """One step of every member of a batch against Newton with the exact Jacobian, and the
+    residual at the returned point (q and u at roundoff, joints held)."""
+    model, state = _mechanism("branched", rbjax.ScalableDAE())
+    t, q, u = _components(state)
+    h = jnp.asarray(2e-3)
+    _, q1, u1, ok = jax.jit(mp.implicit_midpoint_step, static_argnums=(5, 6))(
+        model, t, q, u, h, None, 20
+    )
+    assert bool(jnp.all(ok))
+    z = _exact_root(model, t, q, u, h)
+    zb = mp.unflatten(z[: 15 * model.nb], 15, model.nb)
+    assert_close(q1, zb[0:7], rtol=0, atol=1e-12)
+    assert_close(u1, zb[7:14], rtol=0, atol=1e-11)
+
+
+def _spinning_body():
+    """Two torque-free bodies with dt = 1e-2: one spinning fast about its middle axis (hω =
+    0.5: the simplified iteration contracts by ~0.5 per iteration, if at all) and a slow one
+    (hω = 1e-3)."""
+    model = rbjax.Model(rbjax.Body(1.0, jnp.diag(jnp.array([1.0, 2.0, 3.0]))))
+    state = rbjax.make_state(omega_body=np.array([[[0.3, 50.0, 0.2]], [[0.01, 0.02, 0.1]]]))
+    return model, state
+
+
+def test_stiff_step_converges_and_flags_the_dense_derivative():
+    model, state = _spinning_body()
+    t, q, u = _components(state)
+    h = jnp.asarray(1e-2)
+    z, (done, fast) = mp._solver(2.2e-13, 20, False)((model, t, q, u, h))
+    assert bool(jnp.all(done))
+    # the fast spinner is flagged (the derivatives take the dense solve), the slow one is not
+    np.testing.assert_array_equal(np.asarray(fast), [False, True])
+    assert_close(z, _exact_root(model, t, q, u, h), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", ["chain", "stiff"])
+def test_derivatives_against_exact_newton_and_finite_differences(case):
+    """d(final state)/d(initial velocity) of a 20-step rollout: forward mode against the same
+    rollout with ``newton="exact"`` (whose tangent is a dense LU of the exact Jacobian) and
+    against central differences, and reverse mode against forward mode (the refinement and
+    the dense branch are transposed by JAX). "chain": three links (derivatives by refinement
+    with P); "stiff": the fast spinner (both take the dense LU). The primal iterates to its
+    roundoff floor (~1e-13 per step), which sets the differences' accuracy."""
+    if case == "chain":
+        model, s0 = _mechanism("chain", rbjax.ScalableDAE(), n=3)
+        dt, n = 1e-3, 20
+    else:
+        model, s0 = _spinning_body()
+        dt, n = 1e-2, 20
+
+    def final(u0, newton="simplified"):
+        s = rbjax.State(t=s0.t, q=s0.q, u=u0)
+        integ = rbjax.ImplicitMidpoint(newton=newton)
+        tr = rbjax.rollout(model, s, dt, n, integrator=integ, save_every=n)
+        return jnp.concatenate([tr.q[:, -1].ravel(), tr.u[:, -1].ravel()])
+
+    rng = np.random.default_rng(3)
+    v = jnp.asarray(rng.normal(size=s0.u.shape)).at[..., 3].set(0.0)
+    tangent = lambda newton: jax.jit(  # noqa: E731
+        lambda x: jax.jvp(lambda y: final(y, newton), (x,), (v,))[1]
+    )(s0.u)
+    jvp = tangent("simplified")
+    scale = float(jnp.max(jnp.abs(jvp)))
+    assert_close(jvp, tangent("exact"), rtol=0, atol=1e-9 * scale)
+    eps = 1e-5
+    final_j = jax.jit(final)
+    fd = (final_j(s0.u + eps * v) - final_j(s0.u - eps * v)) / (2 * eps)
+    assert_close(jvp, fd, rtol=0, atol=1e-6 * scale)
+    w = jnp.asarray(rng.normal(size=jvp.shape))
+    vjp = jax.jit(lambda x: jax.vjp(final, x)[1](w)[0])(s0.u)
+    assert_close(jnp.sum(vjp * v), jnp.sum(w * jvp), rtol=1e-10, atol=0)
