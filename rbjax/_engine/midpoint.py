@@ -173,8 +173,8 @@ class Preconditioner:
             du = du.at[3].set(jnp.where(model.rigid, target, ru[3]))
         fnu = 0.0
         lam = []
-        if model.joints:
-            schur = self.schur
+        schur = self.schur
+        if schur is not None:
             du_t = jnp.moveaxis(du, -1, 1)  # (7, nb, ...)
             cq = self._position_rows(rq)
             rhs = []
