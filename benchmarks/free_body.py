@@ -59,10 +59,11 @@ def machine() -> dict:
 
 
 def write_records(records: list, path: str | None) -> list:
-    """Stamp every record with the machine, print it and write the JSON list to ``path``."""
+    """Stamp every new record with the machine (records kept from an earlier run keep theirs),
+    print it and write the JSON list to ``path``."""
     info = machine()
     for r in records:
-        r["machine"] = info
+        r.setdefault("machine", info)
     print(f"machine: {info}")
     if path:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -229,6 +229,20 @@ def readme() -> str:
             f"Machine: {data['meta']['machine']}, JAX {data['meta'].get('jax', '?')}, "
             f"Python {data['meta']['python']}. " + data["meta"].get("note", ""),
         ]
+    if (data := _results("implicit.json")) is not None:
+        import implicit
+
+        parts += [
+            "## The implicit midpoint rule on mechanisms",
+            "`python benchmarks/implicit.py`: `ImplicitMidpoint()` (simplified Newton through the "
+            "Schur complement of the joints, factored once per step) against "
+            '`ImplicitMidpoint(newton="exact")` (Newton with the dense exact Jacobian, the solver '
+            "before issue 14; only up to 100 unknowns) and RK4 for scale, dt = 1e-3, float64, "
+            "in one process; the largest joint residual after the run.",
+            implicit.table(data["records"]),
+            f"Machine: {data['meta']['machine']}, JAX {data['meta'].get('jax', '?')}, "
+            f"Python {data['meta']['python']}.",
+        ]
     if (recs := _results("solvers.json")) is not None:
         import solvers
 
