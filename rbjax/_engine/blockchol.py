@@ -181,14 +181,17 @@ class BlockCholesky:
         return [jnp.stack(v) for v in x]
 
 
-def dense_solve(blocks: dict, n: int, b: list) -> list:
-    """The same solve with ONE dense batched Cholesky (LAPACK) of the assembled S.
+def dense_factor(blocks: dict, sizes) -> tuple:
+    """ONE dense batched Cholesky (LAPACK) of the assembled S, for :func:`dense_solve`.
 
     Slower per call than :class:`BlockCholesky` for small blocks but compiles to a handful of
-    operations; used inside one-shot analyses (assembly, kinematic analysis), where compile time
-    dominates (``SchurSystem(..., dense=True)`` in rbjax/_engine/joints.py).
+    operations; used for small batches of small systems and inside one-shot analyses
+    (assembly, kinematic analysis), where compile time dominates (``SchurSystem(...,
+    dense=True)`` in rbjax/_engine/joints.py). ``sizes``: the rows of each joint.
     """
-    sizes = [v.shape[0] for v in b]
+    n = len(sizes)
+    batch = jnp.broadcast_shapes(*(v.shape[2:] for v in blocks.values()))
+    dtype = next(iter(blocks.values())).dtype
     rows = []
     for k in range(n):
         row = []
@@ -198,17 +201,22 @@ def dense_solve(blocks: dict, n: int, b: list) -> list:
             elif (l, k) in blocks:
                 blk = jnp.swapaxes(blocks[(l, k)], 0, 1)
             else:
-                blk = jnp.zeros((sizes[k], sizes[l]) + b[k].shape[1:], b[k].dtype)
-            row.append(jnp.broadcast_to(blk, (sizes[k], sizes[l]) + b[k].shape[1:]))
+                blk = jnp.zeros((sizes[k], sizes[l]) + batch, dtype)
+            row.append(jnp.broadcast_to(blk, (sizes[k], sizes[l]) + batch))
         rows.append(jnp.concatenate(row, axis=1))
     S = jnp.moveaxis(jnp.concatenate(rows, axis=0), (0, 1), (-2, -1))
+    return jax.scipy.linalg.cho_factor(S, lower=True)
+
+
+def dense_solve(chol: tuple, b: list) -> list:
+    """S⁻¹ b for per-joint right-hand sides with the factor of :func:`dense_factor`."""
+    sizes = [v.shape[0] for v in b]
     rhs = jnp.moveaxis(jnp.concatenate(b, axis=0), 0, -1)[..., None]
-    x = jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(S, lower=True), rhs)
-    x = jnp.moveaxis(x[..., 0], -1, 0)
+    x = jnp.moveaxis(jax.scipy.linalg.cho_solve(chol, rhs)[..., 0], -1, 0)
     offs = [0]
     for m in sizes:
         offs.append(offs[-1] + m)
-    return [x[offs[k] : offs[k + 1]] for k in range(n)]
+    return [x[offs[k] : offs[k + 1]] for k in range(len(b))]
 
 
 class BlockCholeskyBatched:

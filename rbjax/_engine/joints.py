@@ -31,7 +31,15 @@ import numpy as np
 from .._constraints import Frame
 from .._topology import GROUND, stack_joints
 from . import kernels as cf
-from .blockchol import DENSE_MAX_BATCH, UNROLL_MAX_ROWS, dense_solve, factor, mm_t, prefers_dense
+from .blockchol import (
+    DENSE_MAX_BATCH,
+    UNROLL_MAX_ROWS,
+    dense_factor,
+    dense_solve,
+    factor,
+    mm_t,
+    prefers_dense,
+)
 from .elimination import TreeSchur, schedule
 from .layout import inertia_components
 from .mass import blocks as mass_blocks, half_trace, minv
@@ -374,6 +382,7 @@ class SchurSystem:
         self._blocks = None
         self._tree = None
         self._factor = None  # built on the first solve: a projection's residual needs none
+        self._chol = None  # the same for the dense method
 
     @property
     def blocks(self) -> dict:
@@ -418,8 +427,10 @@ class SchurSystem:
         :func:`method`, one dense Cholesky, the elimination along the joint graph
         (rbjax/_engine/elimination.py) or the block Cholesky of S."""
         if self.method == "dense":
-            blocks = self.blocks
-            return lambda rhs: dense_solve(blocks, self.n, rhs)
+            if self._chol is None:
+                self._chol = dense_factor(self.blocks, self.model.joint_rows)
+            chol = self._chol
+            return lambda rhs: dense_solve(chol, rhs)
         if self.method == "tree":
             tree = self._elimination()
             tree.factor()
@@ -427,6 +438,13 @@ class SchurSystem:
         if self._factor is None:
             self._factor = factor(self.blocks, self.n, sum(self.model.joint_rows))
         return self._factor.solve
+
+    def factorise(self) -> SchurSystem:
+        """Factor S now, in the caller's trace. A solver that iterates with a frozen S calls
+        this before its loop: otherwise the first solve, traced inside the loop body, would put
+        the factorisation in the body and repeat it every iteration."""
+        self._solver()
+        return self
 
     def matvec(self, lam: list) -> list:
         """S λ for per-joint λ (list of (m_k, ...)), from the stored lower blocks (S = Sᵀ);

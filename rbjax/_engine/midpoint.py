@@ -19,9 +19,10 @@ complement S̃ = W̃M⁻¹W̃ᵀ of the explicit dynamics (its factorisation alo
 rbjax/_engine/joints.py), once per step. Each iteration then costs one residual and one solve
 with the stored factor, and contracts the error by θ = O(h (|∂a/∂q| h + |∂a/∂u|)).
 
-Stiff steps (θ ≥ 1/4: stiff springs or dampers, fast spin at a large step) fall back to
-Newton with the exact Jacobian, started where the simplified iteration stopped; the fallback
-is a while loop that runs zero iterations when every system has converged.
+Stiff steps (stiff springs or dampers, fast spin at a large step: an update that grows twice
+in a row, or no convergence within ``max_iters``) fall back to Newton with the exact Jacobian,
+started where the simplified iteration stopped, under a ``lax.cond`` that skips it when every
+system has converged.
 
 Derivatives follow from the implicit function theorem (``implicit_root``): the tangent
 system J ż = y is solved by iterative refinement ż ← ż + P⁻¹(y − J ż), a fixed number of
@@ -148,7 +149,7 @@ class Preconditioner:
         self.schur = None
         if model.joints:
             terms = joint_terms(model, self.kin, t + 0.5 * h, q, jnp.zeros_like(q), gamma=False)
-            self.schur = SchurSystem(model, terms, q.dtype)
+            self.schur = SchurSystem(model, terms, q.dtype).factorise()
 
     def _position_rows(self, rq):
         """C_q(q_n) r_q per joint: the joint residuals' derivative along r_q."""

@@ -125,7 +125,7 @@ def _projection_residual(mu, args):
 def _projection_solver(tol, max_iters):
     def solve(args):
         model, t, qt = args
-        schur = _frozen_normal(model, t, qt)
+        schur = _frozen_normal(model, t, qt).factorise()
 
         def cond(carry):
             _, _, err, it = carry
@@ -155,7 +155,7 @@ def _projection_tangent_solve(g, y, mu, args, aux):
     so each step gains a factor O(|μ|); a fixed number of steps keeps the solve linear in y,
     which reverse mode needs (it transposes this function)."""
     model, t, qt = args
-    schur = _frozen_normal(model, t, qt)
+    schur = _frozen_normal(model, t, qt).factorise()
 
     def body(_, x):
         return x + _precondition(model, schur, y - g(x))
