@@ -167,22 +167,23 @@ class ImplicitMidpoint(AbstractIntegrator):
     |A|² = 1 holds at every step without renormalisation. For ODE formulations (NewtonEuler,
     UdwadiaSchutte) it is the implicit midpoint rule, which preserves the quadratic invariant
     |A|² of Ȧ = ½A(0, ω). In both, the kinematic update uses ω_m scaled by ρ = 1 + O(h²)
-    (``cayley_velocity`` in rbjax/_engine/midpoint.py), which makes the rotation increment the Cayley map matching the
-    momentum update, so the world angular momentum of a torque-free rigid body is conserved to
-    solver tolerance too (measured on the tumbling body, dt = 1e-3: 3.6e-14 relative over 1e5
-    steps, against 2e-6 after 2e3 steps with ρ = 1). Order 2, symmetric.
+    (``cayley_velocity`` in rbjax/_engine/midpoint.py), which makes the rotation increment the
+    Cayley map matching the momentum update, so the world angular momentum of a torque-free
+    rigid body is conserved to solver tolerance too (measured on the tumbling body, dt = 1e-3:
+    3.6e-14 relative over 1e5 steps, against 2e-6 after 2e3 steps with ρ = 1). Order 2,
+    symmetric.
 
     ``newton="simplified"`` (default) solves the step by simplified Newton with the Jacobian at
     h → 0 of all but the constraint coupling, eliminated through the Schur complement of the
     explicit dynamics (W̃M⁻¹W̃ᵀ, factored once per step along the joint graph; see
-    rbjax/_engine/midpoint.py): each iteration costs about one right-hand side, and the
-    iteration contracts by θ = O(h) per step. Steps where it does not contract (stiff springs,
-    fast spin at a large step) fall back to Newton with the exact Jacobian, per step and
-    automatically. ``newton="exact"`` uses that Newton throughout (one jvp per unknown and a
-    dense LU per system and iteration: 10-20x slower for mechanisms). Measured (tumbling body,
-    1e5 steps): the energy drifts by 0.05 ulp per step with the simplified iteration and by
-    0.003 with exact Newton, whose remaining error is quadratically small; both hold |A|² = 1
-    and the joint constraints to roundoff.
+    rbjax/_engine/midpoint.py): each iteration costs about one right-hand side and contracts
+    the error by θ = O(h). Steps where it does not contract (stiff springs, fast spin at a
+    large step) fall back to Newton with the exact Jacobian, per step and automatically.
+    ``newton="exact"`` uses that Newton throughout (one jvp per unknown and a dense LU per
+    system and iteration: 7-40x slower for mechanisms, benchmarks/implicit.py). Measured
+    (tumbling body, 1e5 steps): the energy drifts by 0.05 ulp per step with the simplified
+    iteration and by 0.003 with exact Newton, whose remaining error is quadratically small; both
+    hold |A|² = 1 and the joint constraints to roundoff.
 
     The iterations stop when the estimated remaining error θ/(1−θ)|Δz| (relative to the
     state) is below ``tol`` (default 1000 machine epsilons: 2.2e-13 in float64, 1.2e-4 in
