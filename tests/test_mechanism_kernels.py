@@ -17,7 +17,7 @@ from conftest import assert_close
 
 import rbjax
 from rbjax._engine import joints as mech
-from rbjax._engine.blockchol import BlockCholesky, BlockCholeskyBatched, dense_solve
+from rbjax._engine.blockchol import BlockCholesky, BlockCholeskyBatched, dense_factor, dense_solve
 
 
 def _all_joint_types_model(formulation, subset=None):
@@ -101,7 +101,7 @@ def _dense(blocks, sizes):
 SOLVERS = {
     "unrolled": lambda blocks, n, b: BlockCholesky(blocks, n).solve(b),
     "batched": lambda blocks, n, b: BlockCholeskyBatched(blocks, n).solve(b),
-    "dense": dense_solve,
+    "dense": lambda blocks, n, b: dense_solve(dense_factor(blocks, [v.shape[0] for v in b]), b),
 }
 
 
