@@ -8,8 +8,8 @@ a fully driven mechanism (DOF = 0, ME751's position analysis) and :func:`project
 standard projection along the mass-weighted normal at the predicted point (Hairer, Lubich &
 Wanner, Geometric Numerical Integration, §IV.4). Each is the root of a square system, found by
 Newton iterations (which reuse the block-sparse Schur complement S = W̃M⁻¹W̃ᵀ of the dynamics)
-and differentiated by the implicit function theorem (``implicit_root`` in rbjax/_engine/newton.py), never by
-unrolling the iterations. :func:`project_velocity` projects velocities M-orthogonally onto
+and differentiated by the implicit function theorem (``implicit_root``, rbjax/_engine/newton.py),
+never by unrolling the iterations. :func:`project_velocity` projects velocities M-orthogonally onto
 W̃u + c_t = 0 (a linear solve).
 
 ``dense=True`` solves the Schur complement by one dense Cholesky factorisation instead of the
