@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -188,15 +187,10 @@ def main(argv=None):
                 print(table([rec]).splitlines()[-1], flush=True)
     print(table(records))
     if args.json:
-        import jax
+        sys.path.insert(0, HERE)
+        from free_body import write_run
 
-        meta = {
-            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-            "python": platform.python_version(),
-            "jax": jax.__version__,
-        }
-        with open(args.json, "w") as fh:
-            json.dump({"meta": meta, "records": records}, fh, indent=1)
+        write_run(records, args.json)
 
 
 if __name__ == "__main__":

@@ -73,6 +73,18 @@ def write_records(records: list, path: str | None) -> list:
     return records
 
 
+def write_run(records: list, path: str) -> None:
+    """Write ``{"meta": {machine, python, jax}, "records": records}`` to ``path`` (the format
+    of the scripts whose rows run in fresh processes: one machine stamp per file)."""
+    meta = {
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+    }
+    with open(path, "w") as fh:
+        json.dump({"meta": meta, "records": records}, fh, indent=1)
+
+
 def run_case(integrator, formulation, dtype, batch, steps, dt, repeats):
     model = rbjax.Model(
         rbjax.Body(jnp.asarray(1.0, dtype), jnp.diag(jnp.asarray([1.0, 2.0, 3.0], dtype))),

@@ -13,9 +13,7 @@ largest joint residual at the end (both solvers hold the constraints at the end 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -30,6 +28,7 @@ import rbjax  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
+from free_body import write_run  # noqa: E402
 
 from rbjax._engine.projection import residuals as joint_residuals  # noqa: E402
 
@@ -121,13 +120,7 @@ def main(argv=None):
                 print(table([rec]).splitlines()[-1], flush=True)
     print(table(records))
     if args.json:
-        meta = {
-            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-            "python": platform.python_version(),
-            "jax": jax.__version__,
-        }
-        with open(args.json, "w") as fh:
-            json.dump({"meta": meta, "records": records}, fh, indent=1)
+        write_run(records, args.json)
 
 
 if __name__ == "__main__":
