@@ -222,3 +222,32 @@ def test_derivatives_tree_vs_dense():
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(ref), strict=True):
         scale = max(float(jnp.max(jnp.abs(b))), 1.0)
         assert_close(a / scale, b / scale, rtol=0, atol=1e-10)
+
+    # the dense gradient itself against central differences of the loss (an independent
+    # reference for reverse mode through a loop closure), along one random direction in
+    # (model arrays, state)
+    rng = np.random.default_rng(3)
+    direction = jax.tree.map(
+        lambda x: (
+            jnp.asarray(rng.normal(size=jnp.shape(x)), jnp.result_type(x))
+            if jnp.issubdtype(jnp.result_type(x), jnp.inexact)
+            else jnp.zeros_like(x)
+        ),
+        (arrays, state),
+    )
+
+    def along(e):  # the loss at (arrays, state) + e · direction
+        return loss(*jax.tree.map(lambda x, d: x + e * d, (arrays, state), direction))
+
+    # central difference at h = 1e-7: measured 3e-11 relative to autodiff (the loss is strongly
+    # curved along this direction: h = 1e-5 is still 2e-4 off); both points in one program
+    h = 1e-7
+    fp, fm = _with_method("dense", jax.vmap(along), jnp.asarray([h, -h]))
+    fd = (float(fp) - float(fm)) / (2 * h)
+    grad = ref[1]
+    directional = sum(
+        float(jnp.sum(g * d))
+        for g, d in zip(jax.tree.leaves(grad), jax.tree.leaves(direction), strict=True)
+    )
+    assert abs(fd) > 1e-3, fd
+    assert abs(directional - fd) <= 1e-7 * abs(fd), (directional, fd)
