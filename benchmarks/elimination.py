@@ -9,7 +9,7 @@ complement S = W̃ M⁻¹ W̃ᵀ solved by each factorisation of rbjax/_engine/j
   LAPACK call per block above (rbjax/_engine/blockchol.py);
 * ``tree``: the elimination along the joint graph, a ``lax.scan`` over the levels of the
   spanning tree (rbjax/_engine/elimination.py);
-* ``auto``: what rbjax chooses (``rbjax._engine.joints.method``);
+* ``auto``: what rbjax chooses (``rbjax._engine.schur.method``);
 * ``mujoco-c``: when the ``mujoco`` package is installed (the ``bench`` extra), the same chain in
   MuJoCo's C engine (hinge joints in reduced coordinates, RK4, ``mujoco.rollout`` on all cores),
   the peer measured in the same run.
@@ -92,7 +92,7 @@ def row(n: int, batch: int, method: str, steps: int) -> dict:
     import models
 
     import rbjax
-    from rbjax._engine import joints
+    from rbjax._engine import schur as joints
 
     joints.FORCE_METHOD = None if method == "auto" else method
     model, state = models.build(f"pendulum_{n}")

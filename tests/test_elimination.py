@@ -15,7 +15,7 @@ import pytest
 from conftest import assert_close
 
 import rbjax
-from rbjax._engine import joints as engine_joints
+from rbjax._engine import joints as engine_joints, schur as engine_schur
 from rbjax._engine.dynamics import scalable_kinematics
 from rbjax._engine.elimination import schedule
 from rbjax._engine.mass import blocks as mass_blocks
@@ -109,9 +109,10 @@ def test_schedule_is_a_spanning_forest():
             )
 
 
-def _kkt_reference(model, schur, r, i):
+def _kkt_reference(model, terms, r, i):
     """λ of system i: y of the full KKT system [M W̃ᵀ; W̃ 0] [x; y] = [0; −r] (then S y = r),
-    assembled in numpy and solved by LU."""
+    assembled in numpy from the joints' W blocks (ν columns of rigid bodies removed here) and
+    solved by LU."""
     nb, rows = model.nb, model.joint_rows
     m = sum(rows)
     off = np.cumsum((0,) + rows)
@@ -119,14 +120,18 @@ def _kkt_reference(model, schur, r, i):
     Mb = np.asarray(mass_blocks(model))
     for b in range(nb):
         K[7 * b : 7 * b + 7, 7 * b : 7 * b + 7] = Mb[:, :, b]
-    for (k, side), w in schur.wt.items():
-        b = engine_joints.body_of(model, k, side)
-        blk = np.asarray(w)[..., i]
-        K[7 * nb + off[k] : 7 * nb + off[k + 1], 7 * b : 7 * b + 7] += blk
+    for k, pair in enumerate(terms.W):
+        for side, w in enumerate(pair):
+            b = model.topology.joint_bodies[k][side]
+            if b < 0:
+                continue
+            blk = np.array(w[..., i])
+            if not model.scalable[b]:
+                blk[:, 3] = 0.0
+            K[7 * nb + off[k] : 7 * nb + off[k + 1], 7 * b : 7 * b + 7] += blk
     K[: 7 * nb, 7 * nb :] = K[7 * nb :, : 7 * nb].T
-    rhs = np.concatenate([np.zeros(7 * nb)] + [-np.asarray(x)[..., i] for x in r])
-    sol = np.linalg.solve(K, rhs)
-    return [sol[7 * nb + off[k] : 7 * nb + off[k + 1]] for k in range(len(rows))]
+    rhs = np.concatenate([np.zeros(7 * nb), -np.asarray(r)[:, i]])
+    return np.linalg.solve(K, rhs)[7 * nb :]
 
 
 @pytest.mark.parametrize("name", ["chain", "branched"])
@@ -140,38 +145,43 @@ def test_tree_solve_matches_dense_kkt(name):
     t = state.t[:, None]
     terms = engine_joints.joint_terms(model, scalable_kinematics, t, q, u)
     rng = np.random.default_rng(1)
-    r = [jnp.asarray(rng.normal(size=(m, 3))) for m in model.joint_rows]
-    schur = engine_joints.SchurSystem(model, terms, q.dtype)
+    r = jnp.asarray(rng.normal(size=(sum(model.joint_rows), 3)))
 
     @jax.jit
     def solve_and_products(terms, r):
-        tree = engine_joints.SchurSystem(model, terms, q.dtype)
+        out = {}
+        for method in ("tree", "block", "dense"):
+            schur = engine_schur.SchurSystem(model, terms, q.dtype)
+            schur.method = method
+            out[method] = schur._solver()(r)
+        lam = out["tree"]
+        tree = engine_schur.SchurSystem(model, terms, q.dtype)
         tree.method = "tree"
-        lam = tree._solver()(r)
-        block = engine_joints.SchurSystem(model, terms, q.dtype)
+        block = engine_schur.SchurSystem(model, terms, q.dtype)
         block.method = "block"
-        return lam, tree.matvec(lam), block.matvec(lam)
+        return out, tree.matvec(lam), block.matvec(lam)
 
-    lam, back, block_back = solve_and_products(terms, r)
+    lams, back, block_back = solve_and_products(terms, r)
     for i in range(3):
-        ref = _kkt_reference(model, schur, r, i)
-        scale = max(np.abs(x).max() for x in ref)
-        for k in range(len(ref)):
-            assert_close(np.asarray(lam[k])[..., i] / scale, ref[k] / scale, rtol=0, atol=1e-12)
-    # S λ by the vectorised product gives r back, and equals the block product
-    for k in range(len(r)):
-        assert_close(back[k], r[k], rtol=0, atol=1e-10)
-        assert_close(block_back[k], back[k], rtol=0, atol=1e-10)
+        ref = _kkt_reference(model, terms, r, i)
+        scale = np.abs(ref).max()
+        for method, lam in lams.items():
+            assert_close(
+                np.asarray(lam)[:, i] / scale, ref / scale, rtol=0, atol=1e-12, err_msg=method
+            )
+    # S λ by the vectorised product gives r back, and equals the product on the stacked rows
+    assert_close(back, r, rtol=0, atol=1e-10)
+    assert_close(block_back, back, rtol=0, atol=1e-10)
 
 
 def _with_method(method, fn, *args):
     """fn(*args) traced afresh (new jit) with the Schur solve forced to ``method``."""
-    old = engine_joints.FORCE_METHOD
-    engine_joints.FORCE_METHOD = method
+    old = engine_schur.FORCE_METHOD
+    engine_schur.FORCE_METHOD = method
     try:
         return jax.jit(lambda *a: fn(*a))(*args)
     finally:
-        engine_joints.FORCE_METHOD = old
+        engine_schur.FORCE_METHOD = old
 
 
 def test_dynamics_and_reactions_tree_vs_dense():

@@ -182,7 +182,7 @@ def _project_tangent(model, state0: State, dirs):
     def constraints(xi, s):
         t, q, u = to_components(_perturb_state(s, xi))
         terms = joint_terms(model, kin, t, q, u, gamma=False, cdot=True)
-        return jnp.concatenate(list(terms.c) + list(terms.cdot), axis=0)
+        return jnp.concatenate([terms.c, terms.cdot], axis=0)
 
     def project(s, d):  # one system: s (nb, 7) arrays, d (n, nb, 12)
         zero = jnp.zeros((nb, 12), s.q.dtype)

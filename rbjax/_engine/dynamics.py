@@ -16,9 +16,10 @@ from .. import _quaternion as quat
 from .._topology import GROUND
 from . import kernels as cf
 from .forces import Resultants, total_resultants
-from .joints import joint_terms, solve_multipliers
+from .joints import joint_terms
 from .layout import inertia_components
 from .mass import half_trace
+from .schur import solve_multipliers
 
 
 def constrained(model, kin, t, q, u, a, lam_nu_free):
@@ -29,10 +30,10 @@ def constrained(model, kin, t, q, u, a, lam_nu_free):
     extra = None
     if model.baumgarte is not None:  # c̈ + 2α ċ + β² c = 0
         al, be = model.baumgarte
-        extra = [-2.0 * al * cd - be * be * c for c, cd in zip(terms.c, terms.cdot, strict=True)]
+        extra = -2.0 * al * terms.cdot - be * be * terms.c
     lam, corr, fnu = solve_multipliers(model, terms, a, extra)
     lam_n = jnp.where(model.rigid, lam_nu_free - fnu, 0.0)
-    lam_j = jnp.moveaxis(jnp.concatenate(lam, axis=0), 0, -1)
+    lam_j = jnp.moveaxis(lam, 0, -1)
     lam_n = jnp.broadcast_to(lam_n, lam_j.shape[:-1] + lam_n.shape[-1:])
     return a + corr, jnp.concatenate([lam_n, lam_j], axis=-1)
 
@@ -246,7 +247,7 @@ def _us_mechanism(model, t, q, u, qdot, res, p, pd, npd, Mu, L, Q):
             w = jnp.moveaxis(terms.W[k][side], (0, 1), (-2, -1))  # (…, m_k, 7)
             A = A.at[..., r0 : r0 + rows[k], 7 * b : 7 * b + 7].add(w)
         r0 += rows[k]
-    gam = jnp.moveaxis(jnp.concatenate(terms.gamma, axis=0), 0, -1)
+    gam = jnp.moveaxis(terms.gamma, 0, -1)
     bvec = jnp.concatenate([-npd, gam], axis=-1)
     # L_x and a = M_x⁻¹ Q_x per body
     mass = jnp.broadcast_to(model.mass, batch + (nb,))

@@ -319,40 +319,45 @@ class TreeSchur:
     complement on their rows.
 
     ``M`` (7, 7, nb, *batch) the body mass blocks; ``minv`` applies M⁻¹ to per-body vectors
-    (7, nb, *batch); ``wt`` {(joint, side): W̃ block (m_k, 7, *batch)} for every non-ground side.
-    ``solve`` and ``matvec`` take and return per-joint lists (m_k, *batch).
+    (7, nb, *batch); ``wi``, ``wj`` (R, 7, *batch) the stacked rows of W̃ on each side (zero on
+    a ground side) and ``body`` (2, R) their bodies (rbjax/_engine/joints.py ``row_layout``).
+    ``solve`` and ``matvec`` take and return stacked vectors (R, *batch).
     """
 
-    def __init__(self, sched: Schedule, M, minv, wt: dict):
+    def __init__(self, sched: Schedule, M, minv, wi, wj, body):
         self.sched, self.minv = sched, minv
-        nb, m = sched.nb, sched.m
+        nb = sched.nb
         batch = M.shape[3:]
         dtype = M.dtype
         self.batch, self.dtype, self.M = batch, dtype, M
-
-        def block(k, side):  # W̃ of a tree joint side padded to m rows, or zeros
-            w = wt.get((k, side)) if k >= 0 else None
-            if w is None:
-                return jnp.zeros((m, 7) + batch, dtype)
-            w = jnp.pad(w, [(0, m - w.shape[0])] + [(0, 0)] * (w.ndim - 1))
-            return jnp.broadcast_to(w, (m, 7) + batch)
-
-        tj, cs = sched.tree_joint, sched.child_side
-        self.Wc = jnp.stack([block(int(tj[b]), int(cs[b])) for b in range(nb)], axis=2)
-        self.Wp = jnp.stack([block(int(tj[b]), 1 - int(cs[b])) for b in range(nb)], axis=2)
+        R = int(sched.row_offsets[-1])
+        # per body the rows of its tree joint on itself (Wc) and on its parent (Wp), padded to
+        # m rows: one gather from both sides' rows and a zero row (index 2R)
+        both = jnp.concatenate(
+            [
+                jnp.broadcast_to(wi, (R, 7) + batch),
+                jnp.broadcast_to(wj, (R, 7) + batch),
+                jnp.zeros((1, 7) + batch, dtype),
+            ]
+        )
+        pad = sched.tree_index == R
+        cs = sched.child_side[None, :]
+        own = np.where(pad, 2 * R, sched.tree_index + cs * R)
+        other = np.where(pad, 2 * R, sched.tree_index + (1 - cs) * R)
+        self.Wc = jnp.moveaxis(both[own], 2, 1)  # (m, 7, nb, *batch)
+        self.Wp = jnp.moveaxis(both[other], 2, 1)
         self.closures = sched.closures
         self.tree = None
         if self.closures:
-            cols = []  # one right-hand side f (7, nb, *batch) per loop-closure row
-            for k in self.closures:
-                for r in range(sched.joint_rows[k]):
-                    f = jnp.zeros((7, nb) + batch, dtype)
-                    for side in (0, 1):
-                        if (k, side) in wt:
-                            b = sched.topology_bodies[k][side]
-                            f = f.at[:, b].add(jnp.broadcast_to(wt[(k, side)][r], (7,) + batch))
-                    cols.append(f)
-            self.G = jnp.stack(cols)  # (nc, 7, nb, *batch)
+            # one right-hand side f (7, nb, *batch) per loop-closure row: its W̃ row scattered
+            # onto its two bodies (a ground side is zero and lands in the dropped column nb)
+            cr = sched.closure_index
+            nc = len(cr)
+            G = jnp.zeros((nc, 7, nb + 1) + batch, dtype)
+            for side, w in enumerate((wi, wj)):
+                rows = jnp.broadcast_to(w, (R, 7) + batch)[cr]
+                G = G.at[np.arange(nc), :, body[side][cr]].add(rows)
+            self.G = G[:, :, :nb]  # (nc, 7, nb, *batch)
 
     def factor(self) -> TreeFactor:
         """Factor the tree and, with loops, the Schur complement on the closure rows (once)."""
@@ -372,23 +377,22 @@ class TreeSchur:
             self.Pf = jax.scipy.linalg.cho_factor(0.5 * (P + jnp.swapaxes(P, -1, -2)), lower=True)
         return tree
 
-    def _split(self, r: list):
-        """Per-joint vectors → (tree layout (m, nb, *batch), closure rows (nc, *batch))."""
-        batch = jnp.broadcast_shapes(self.batch, *(x.shape[1:] for x in r))
+    def _split(self, r):
+        """Stacked rows (R, *b) → (tree layout (m, nb, *batch), closure rows (nc, *batch))."""
+        batch = jnp.broadcast_shapes(self.batch, r.shape[1:])
         flat = jnp.concatenate(
-            [jnp.broadcast_to(x, x.shape[:1] + batch) for x in r]
-            + [jnp.zeros((1,) + batch, self.dtype)]
+            [jnp.broadcast_to(r, r.shape[:1] + batch), jnp.zeros((1,) + batch, r.dtype)]
         )
         return flat[self.sched.tree_index], flat[self.sched.closure_index], batch
 
-    def _join(self, tree, closure, batch) -> list:
-        """Inverse of :meth:`_split`: tree layout and closure rows → per-joint vectors."""
+    def _join(self, tree, closure, batch):
+        """Inverse of :meth:`_split`: tree layout and closure rows → stacked rows."""
         m, nb = self.sched.m, self.sched.nb
         flat = jnp.concatenate([tree.reshape((m * nb,) + batch), closure])
-        return jnp.split(flat[self.sched.back_index], self.sched.row_offsets[1:-1])
+        return flat[self.sched.back_index]
 
-    def matvec(self, lam: list) -> list:
-        """S λ = W̃ M⁻¹ W̃ᵀ λ for per-joint λ (list of (m_k, *batch)), vectorised over bodies."""
+    def matvec(self, lam):
+        """S λ = W̃ M⁻¹ W̃ᵀ λ for stacked λ (R, *batch), vectorised over bodies."""
         nb = self.sched.nb
         lt, lc, batch = self._split(lam)
         F = jnp.einsum("rcb...,rb...->cb...", self.Wc, lt)
@@ -406,7 +410,7 @@ class TreeSchur:
         sc = jnp.einsum("acb...,cb...->a...", self.G, a) if self.closures else lc
         return self._join(st, sc, batch)
 
-    def solve(self, r: list) -> list:
+    def solve(self, r):
         """S⁻¹ r: the tree KKT solve with f = 0, g = −r (module docstring), then the loop
         closures: P y_C = G x₀ + r_C, y = y₀ − Z_y y_C."""
         tree = self.factor()

@@ -1,4 +1,4 @@
-"""Constraint machinery of a mechanism: W, γ, the Schur complement and reaction forces.
+"""The constraint terms of a mechanism: c, ċ, γ and W of every joint equation, stacked.
 
 A model's joints are perfect bilateral constraints c(q, t) = 0 (Möller & Glocker 2012 eqs. (77)-(82)). In
 generalized velocities u (Möller & Glocker 2012 eq. (37)), ċ = W u + c_t with W = c_q Q⁻¹, and
@@ -9,19 +9,17 @@ W and γ come from automatic differentiation of each joint's residual alone: the
 for a body are jvps of c along q̇ = Q⁻¹(q) e_k (the formulation's kinematics), and γ is a nested
 jvp; no Jacobian is written by hand.
 
-Rigid bodies: their normalisation constraint |A|² = 1 has W = e_ν exactly (Möller & Glocker 2012 eqs. (44),
-(89)-(90)), so it is eliminated in closed form: ν̇ = 0 and the joint multipliers solve the Schur
-complement S λ = γ − W̃ a with W̃ = W with the ν columns of rigid bodies removed and
-S = W̃ M⁻¹ W̃ᵀ (M⁻¹ block-diagonal and constant per body, Möller & Glocker 2012 eq. (64)). The scaling
-multiplier then follows from the ν row: λ_ν = −(f − h)_ν − (Wᵀλ)_ν (eq. (96) with the joint's
-scaling load). This is exactly the full KKT solution, with a smaller SPD system. S is factored
-by a block-sparse Cholesky over joints (rbjax/_engine/blockchol.py): O(N) for a chain of N links.
+The multipliers λ are solved in rbjax/_engine/schur.py.
 
 Joints of the same type (and the same driver function) are stacked along a trailing axis and
-evaluated together, so compile time grows with the number of joint TYPES, not joints.
+evaluated together, and their equations come out stacked in joint order (:class:`JointTerms`,
+:func:`row_layout`): the program grows with the number of joint TYPES, not joints.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import functools
 
 import equinox as eqx
 import jax
@@ -31,18 +29,6 @@ import numpy as np
 from .._constraints import Frame
 from .._topology import GROUND, stack_joints
 from . import kernels as cf
-from .blockchol import (
-    DENSE_MAX_BATCH,
-    UNROLL_MAX_ROWS,
-    dense_factor,
-    dense_solve,
-    factor,
-    mm_t,
-    prefers_dense,
-)
-from .elimination import TreeSchur, schedule
-from .layout import inertia_components
-from .mass import blocks as mass_blocks, half_trace, minv
 
 
 class Group:
@@ -110,18 +96,81 @@ _GROUND_Q = (0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)
 _ZERO_U = (0.0,) * 7
 
 
+class RowLayout:
+    """Where each joint equation lives when all of them are stacked in joint order (numpy,
+    built once per topology): the engine's stacked-row layout.
+
+    ``offsets`` (n_joints + 1,) the first row of each joint; ``body`` (2, R) per row the body of
+    side i and side j (``nb`` for the ground); ``perm`` the rows of the concatenated groups
+    (each group row-major: joint, then equation) in joint order, None if already in order;
+    ``pad`` (n_joints, m_max) per joint its rows padded with R (a row reading 0)."""
+
+    def __init__(self, topology):
+        nb, rows = topology.nb, tuple(topology.joint_rows)
+        off = np.cumsum((0,) + rows).astype(int)
+        self.offsets, self.n = off, int(off[-1])
+        joint = np.repeat(np.arange(len(rows), dtype=int), rows)
+        ext = lambda b: nb if b == GROUND else b  # noqa: E731
+        jb = topology.joint_bodies
+        self.body = np.asarray(
+            [[ext(jb[k][0]) for k in joint], [ext(jb[k][1]) for k in joint]], int
+        ).reshape(2, -1)
+        src = [off[k] + r for ids in topology.joint_groups for k in ids for r in range(rows[k])]
+        self.perm = None if src == list(range(self.n)) else np.argsort(np.asarray(src, int))
+        width = max(rows, default=1)
+        self.pad = np.full((len(rows), width), self.n, int)
+        for k, m in enumerate(rows):
+            self.pad[k, :m] = np.arange(off[k], off[k] + m)
+        # per row and side: 1 where the column of W̃ is kept (the ν column of a rigid body and
+        # every column of a ground side are dropped), (2, R, 7)
+        keep = np.ones((2, self.n, 7))
+        for side in (0, 1):
+            for r, b in enumerate(self.body[side]):
+                if b == nb:
+                    keep[side, r] = 0.0
+                elif not topology.scalable[b]:
+                    keep[side, r, 3] = 0.0
+        self.keep = keep
+
+
+@functools.lru_cache(maxsize=64)
+def row_layout(topology) -> RowLayout:
+    return RowLayout(topology)
+
+
 class JointTerms(eqx.Module):
-    """Per-joint constraint terms (lists indexed by joint, component-first, batch trailing).
+    """The constraint terms of every joint equation, stacked in joint order (R rows, the batch
+    trailing): ``c`` (R, ...) residual; ``cdot`` (R, ...) = W u + c_t; ``gamma`` (R, ...);
+    ``Wi`` / ``Wj`` (R, 7, ...) the rows of W on the body of side i / j (for a ground side, the
+    Jacobian with respect to a virtual motion of the ground frame, used for its reaction).
+    Fields not requested from :func:`joint_terms` are None. ``rows``: equations per joint.
 
-    ``c`` (m_k, ...) residual; ``cdot`` (m_k, ...) = W u + c_t; ``gamma`` (m_k, ...);
-    ``W`` per joint a pair (W_i, W_j) of (m_k, 7, ...) blocks; for a ground side the block is
-    the Jacobian with respect to a virtual motion of the ground frame (used for its reaction).
-    """
+    Everything the engine computes per joint equation works on these stacked rows, so a
+    mechanism's program does not grow with its number of joints (:func:`row_layout` maps rows
+    to bodies); :meth:`split` and :attr:`W` give the per-joint view."""
 
-    c: list
-    cdot: list
-    gamma: list
-    W: list
+    c: jax.Array
+    cdot: jax.Array | None
+    gamma: jax.Array | None
+    Wi: jax.Array | None
+    Wj: jax.Array | None
+    rows: tuple[int, ...] = eqx.field(static=True)
+
+    def split(self, x) -> list:
+        """Stacked rows (R, ...) -> per joint (m_k, ...)."""
+        off = np.cumsum((0,) + self.rows)
+        return [x[off[k] : off[k + 1]] for k in range(len(self.rows))]
+
+    @property
+    def W(self) -> list:
+        """Per joint the pair of blocks (W_i, W_j), each (m_k, 7, ...)."""
+        if self.Wi is None or self.Wj is None:
+            return [None] * len(self.rows)
+        return list(zip(self.split(self.Wi), self.split(self.Wj), strict=True))
+
+    def with_gamma(self, gamma) -> JointTerms:
+        """The same terms with another right-hand side γ (R, ...)."""
+        return dataclasses.replace(self, gamma=gamma)
 
 
 def _body_frames(kin, qx, ux, *, jacobian, gamma, cdot):
@@ -261,14 +310,10 @@ def joint_terms(model, kin, t, q, u, *, jacobian=True, gamma=True, cdot=False):
     fixed u. Other constraints (CustomConstraint, user subclasses) take jvps of the residual in
     q directly. Both routes are autodiff of the residual alone; tests compare them.
     """
-    nj = len(model.joints)
-    c: list = [None] * nj
-    cdot_k: list = [None] * nj
-    gam: list = [None] * nj
-    W: list = [None] * nj
     # Inside, bodies/joints go BEFORE the batch axes so that the batch stays the minor
     # (contiguous, vectorised) axis: (7, nb + 1, *batch); parameters (k, g) broadcast along it.
     nbatch = q.ndim - 2
+    batch = q.shape[1:-1]
     tt = (t[..., 0] if t.ndim == q.ndim - 1 else t)[None]  # (1, *batch)
     qx = jnp.moveaxis(_extend(q, _GROUND_Q), -1, 1)
     ux = jnp.moveaxis(_extend(u, _ZERO_U), -1, 1)
@@ -276,6 +321,13 @@ def joint_terms(model, kin, t, q, u, *, jacobian=True, gamma=True, cdot=False):
     fr = None
     if any(_fast_path(g) for g in grps):
         fr = _body_frames(kin, qx, ux, jacobian=jacobian, gamma=gamma, cdot=cdot)
+    parts: dict = {"c": [], "cdot": [], "gamma": [], "Wi": [], "Wj": []}
+
+    def rows_of(x, lead):  # (*lead, m, g, *batch) -> (g * m, *lead, *batch), joint-major
+        x = jnp.broadcast_to(x, x.shape[: lead + 2] + batch)
+        x = jnp.moveaxis(x, (lead, lead + 1), (1, 0))
+        return x.reshape((-1,) + x.shape[2 : lead + 2] + batch)
+
     for grp in grps:
         if _fast_path(grp):
             joint = jax.tree.map(
@@ -290,251 +342,32 @@ def joint_terms(model, kin, t, q, u, *, jacobian=True, gamma=True, cdot=False):
             val, cdv, gv, wi, wj = _frame_group(res, fr, qx, ux, grp.bi, grp.bj, tt, **flags)
         else:
             val, cdv, gv, wi, wj = _generic_group(res, kin, qx, ux, grp.bi, grp.bj, tt, **flags)
-        for p, k in enumerate(grp.ids):
-            c[k] = val[:, p]
-            if gamma:
-                cdot_k[k], gam[k] = cdv[:, p], gv[:, p]
-            elif cdot:
-                cdot_k[k] = cdv[:, p]
-            if wi is not None and wj is not None:
-                W[k] = (jnp.moveaxis(wi[:, :, p], 0, 1), jnp.moveaxis(wj[:, :, p], 0, 1))
-    return JointTerms(c=c, cdot=cdot_k, gamma=gam, W=W)
+        parts["c"].append(rows_of(val, 0))
+        if gamma or cdot:
+            parts["cdot"].append(rows_of(cdv, 0))
+        if gamma:
+            parts["gamma"].append(rows_of(gv, 0))
+        if wi is not None and wj is not None:
+            parts["Wi"].append(rows_of(wi, 1))  # (7, m, g, *batch)
+            parts["Wj"].append(rows_of(wj, 1))
+    perm = row_layout(model.topology).perm
+
+    def stacked(name):
+        if not parts[name]:
+            return None
+        x = jnp.concatenate(parts[name], axis=0)
+        return x if perm is None else x[perm]
+
+    return JointTerms(
+        c=stacked("c"),
+        cdot=stacked("cdot"),
+        gamma=stacked("gamma"),
+        Wi=stacked("Wi"),
+        Wj=stacked("Wj"),
+        rows=tuple(model.joint_rows),
+    )
 
 
 def _fast_path(grp) -> bool:
     """Whether a group takes the vectorised frame route (else the one-system adapter)."""
     return grp.vectorised
-
-
-def _minv_rows(mass_b, ht_b, thinv_b, w):
-    """M_b⁻¹ applied to every row of w (m, 7, ...) (Möller & Glocker 2012 eq. (64))."""
-    lin = w[:, 0:3] / mass_b
-    nu = (w[:, 3] / ht_b)[:, None]
-    rot = jnp.moveaxis(cf.matvec(thinv_b, jnp.moveaxis(w[:, 4:7], 1, 0)), 0, 1)
-    return jnp.concatenate([lin, nu, rot], axis=1)
-
-
-# Which factorisation solves S λ = r; tests and benchmarks set it to compare them (None: by
-# :func:`method`).
-FORCE_METHOD: str | None = None
-
-# The elimination along the joint graph closes loops by a dense Schur complement on the closure
-# rows, formed with one tree solve per row: with more loop-closing joints than this, the block
-# Cholesky of S (which exploits the loops' sparsity) is used instead.
-TREE_MAX_CLOSURES = 4
-
-
-def method(topology, rows: int, batch: int) -> str:
-    """How S λ = r is solved for ``rows`` joint equations and ``batch`` systems per call:
-    "dense" (one LAPACK Cholesky), "block" (block Cholesky of S, rbjax/_engine/blockchol.py) or
-    "tree" (elimination along the joint graph, rbjax/_engine/elimination.py). Measured
-    (benchmarks/elimination.py, N-link chains, RK4): the elimination is ahead or level from B = 64 above
-    80 rows (32 links: 258 against 354 µs per system-step; 64 links: 694 against 666, 128
-    links: 1419 against 1538); at B = 1 the block Cholesky of S with one LAPACK call per block
-    beat it (64 links: 1.4 ms per step against 2.3 ms for the elimination's LAPACK variant)."""
-    if FORCE_METHOD is not None:
-        return FORCE_METHOD
-    if prefers_dense(rows, batch):
-        return "dense"
-    if batch < DENSE_MAX_BATCH or rows <= UNROLL_MAX_ROWS:
-        return "block"
-    if len(schedule(topology).closures) > TREE_MAX_CLOSURES:
-        return "block"
-    return "tree"
-
-
-def body_of(model, k, side):
-    return model.topology.joint_bodies[k][side]
-
-
-class SchurSystem:
-    """S = W̃ M⁻¹ W̃ᵀ of ``terms.W`` assembled and factored once (trace-time object).
-
-    ``solve(rhs)`` returns S⁻¹ rhs for per-joint right-hand sides (list of (m_k, ...)); a
-    projection that iterates with a frozen W̃ (rbjax/_engine/projection.py) factors S only once.
-    ``dense=True`` solves by one dense LAPACK Cholesky instead of the unrolled block
-    factorisation: analyses that run once (assembly, kinematic analysis) trade run time,
-    irrelevant there, for a much smaller program to compile.
-    """
-
-    def __init__(self, model, terms: JointTerms, dtype, *, dense: bool = False):
-        nj = len(model.joints)
-        rigid = [not s for s in model.scalable]
-        thinv = cf.sym_inv(inertia_components(model))
-        ht = half_trace(model)
-        nu_mask = jnp.asarray([0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0], dtype)
-        wt, x = {}, {}
-        for k in range(nj):
-            for side in (0, 1):
-                b = body_of(model, k, side)
-                if b == GROUND:
-                    continue
-                w = terms.W[k][side]
-                if rigid[b]:
-                    w = w * (1.0 - nu_mask).reshape((1, 7) + (1,) * (w.ndim - 2))
-                wt[(k, side)] = w
-                x[(k, side)] = _minv_rows(model.mass[..., b], ht[..., b], thinv[..., b], w)
-        self.model, self.terms, self.wt, self.x = model, terms, wt, x
-        self.n, self.dense = nj, dense
-        rows = sum(model.joint_rows)
-        batch = int(np.prod(next(iter(wt.values())).shape[2:], dtype=int)) if wt else 1
-        self.method = "dense" if dense else method(model.topology, rows, batch)
-        self._blocks = None
-        self._tree = None
-        self._factor = None  # built on the first solve: a projection's residual needs none
-        self._chol = None  # the same for the dense method
-
-    @property
-    def blocks(self) -> dict:
-        """The structurally non-zero lower blocks {(k, l): (m_k, m_l, ...)} of S (built once)."""
-        if self._blocks is None:
-            nb = self.model.nb
-            touching = {b: [] for b in range(nb)}
-            for k, side in self.wt:
-                touching[body_of(self.model, k, side)].append((k, side))
-            blocks: dict = {}
-            for b in range(nb):
-                for k, sk in touching[b]:
-                    for l, sl in touching[b]:
-                        if l > k:
-                            continue
-                        blk = mm_t(self.wt[(k, sk)], self.x[(l, sl)])
-                        blocks[(k, l)] = blk if (k, l) not in blocks else blocks[(k, l)] + blk
-            self._blocks = blocks
-        return self._blocks
-
-    def _elimination(self) -> TreeSchur:
-        if self._tree is None:
-            model = self.model
-            w = next(iter(self.wt.values()))
-            batch, nb = w.shape[2:], model.nb
-
-            def per_body(mb):  # (7, 7, ..., nb) -> (7, 7, nb, *batch)
-                mb = jnp.moveaxis(mb, -1, 2)
-                mb = mb.reshape((7, 7, nb) + (1,) * (len(batch) + 3 - mb.ndim) + mb.shape[3:])
-                return jnp.broadcast_to(mb, (7, 7, nb) + batch)
-
-            def apply_minv(F):  # (7, nb, *batch) -> M⁻¹ F, same layout
-                return jnp.moveaxis(minv(model, jnp.moveaxis(F, 1, -1)), -1, 1)
-
-            self._tree = TreeSchur(
-                schedule(model.topology), per_body(mass_blocks(model)), apply_minv, self.wt
-            )
-        return self._tree
-
-    def _solver(self):
-        """The factorised solve (built once, in the caller's trace, outside any solve): by
-        :func:`method`, one dense Cholesky, the elimination along the joint graph
-        (rbjax/_engine/elimination.py) or the block Cholesky of S."""
-        if self.method == "dense":
-            if self._chol is None:
-                self._chol = dense_factor(self.blocks, self.model.joint_rows)
-            chol = self._chol
-            return lambda rhs: dense_solve(chol, rhs)
-        if self.method == "tree":
-            tree = self._elimination()
-            tree.factor()
-            return tree.solve
-        if self._factor is None:
-            self._factor = factor(self.blocks, self.n, sum(self.model.joint_rows))
-        return self._factor.solve
-
-    def factorise(self) -> SchurSystem:
-        """Factor S now, in the caller's trace. A solver that iterates with a frozen S calls
-        this before its loop: otherwise the first solve, traced inside the loop body, would put
-        the factorisation in the body and repeat it every iteration."""
-        self._solver()
-        return self
-
-    def matvec(self, lam: list) -> list:
-        """S λ for per-joint λ (list of (m_k, ...)), from the stored lower blocks (S = Sᵀ);
-        one pass over the structurally non-zero blocks."""
-        if self.method == "tree":
-            return self._elimination().matvec(lam)
-        out: list = [None] * self.n
-
-        def add(k, term):
-            out[k] = term if out[k] is None else out[k] + term
-
-        for (k, l), blk in self.blocks.items():
-            add(k, jnp.sum(blk * lam[l][None], axis=1))
-            if k != l:
-                add(l, jnp.sum(blk * lam[k][:, None], axis=0))
-        return out
-
-    def solve(self, rhs: list) -> list:
-        """S⁻¹ rhs, differentiated as a linear solve (``jax.lax.custom_linear_solve``).
-
-        The tangent of λ = S⁻¹ r is S⁻¹ (ṙ − Ṡ λ) and its transpose is S⁻¹ again (S is
-        symmetric): derivatives reuse the forward factorisation through ``solve`` and
-        differentiate only the product S λ, never the elimination itself. This keeps forward-
-        and reverse-mode programs small (the factorisation is unrolled block by block)."""
-        solve = self._solver()
-        return jax.lax.custom_linear_solve(
-            self.matvec, list(rhs), lambda _, b: solve(b), symmetric=True
-        )
-
-    def correction(self, lam: list, like):
-        """(M⁻¹W̃ᵀλ (7, ..., nb), (Wᵀλ)_ν (..., nb)) for per-joint λ; ``like`` (7, nb, ...)."""
-        nb = self.model.nb
-        corr = [jnp.zeros_like(like[:, 0]) for _ in range(nb)]
-        fnu = [jnp.zeros_like(like[0, 0]) for _ in range(nb)]
-        for k, side in self.wt:
-            b = body_of(self.model, k, side)
-            corr[b] = corr[b] + jnp.sum(self.x[(k, side)] * lam[k][:, None], axis=0)
-            fnu[b] = fnu[b] + jnp.sum(self.terms.W[k][side][:, 3] * lam[k], axis=0)
-        return jnp.stack(corr, axis=-1), jnp.stack(fnu, axis=-1)
-
-
-def solve_multipliers(model, terms: JointTerms, a, rhs_extra=None, *, dense: bool = False):
-    """Solve S λ = γ − W̃ a (+ rhs_extra) and return (λ per joint, M⁻¹W̃ᵀλ, (Wᵀλ)_ν).
-
-    ``a`` (7, ..., nb) is the unconstrained acceleration with ν̇ = 0 already set for rigid
-    bodies. Returns λ as a list of (m_k, ...), the correction (7, ..., nb) to add to a, and the
-    scaling component of the joint forces per body (..., nb). ``dense``: see
-    :class:`SchurSystem`.
-    """
-    schur = SchurSystem(model, terms, a.dtype, dense=dense)
-    a_t = jnp.moveaxis(a, -1, 1)  # (7, nb, ...): bodies before the batch (contiguous slices)
-    rhs = []
-    for k in range(len(model.joints)):
-        r = terms.gamma[k]
-        for side in (0, 1):
-            if (k, side) in schur.wt:
-                b = body_of(model, k, side)
-                r = r - jnp.sum(schur.wt[(k, side)] * a_t[:, b][None], axis=1)
-        if rhs_extra is not None:
-            r = r + rhs_extra[k]
-        rhs.append(r)
-    lam = schur.solve(rhs)
-    corr, fnu = schur.correction(lam, a_t)
-    return lam, corr, fnu
-
-
-def joint_force_correction(model, terms: JointTerms, lam, *, reduced: bool):
-    """M⁻¹ Wᵀ λ (7, ..., nb) for per-joint multipliers ``lam`` (list of (m_k, ...)).
-
-    ``reduced``: use W̃ (ν columns of rigid bodies removed), as in the Schur complement;
-    otherwise the full W (the implicit DAE scheme, where ν is an unknown of its own).
-    """
-    like = terms.c[0]
-    nb = model.nb
-    acc = [jnp.zeros((7,) + like.shape[1:], like.dtype) for _ in range(nb)]
-    for k in range(len(model.joints)):
-        for side in (0, 1):
-            b = body_of(model, k, side)
-            if b == GROUND:
-                continue
-            w = terms.W[k][side]
-            if reduced and not model.scalable[b]:
-                w = w.at[:, 3].set(0.0)
-            acc[b] = acc[b] + jnp.sum(w * lam[k][:, None], axis=0)
-    return minv(model, jnp.stack(acc, axis=-1))
-
-
-def generalized_forces(terms: JointTerms, lam):
-    """Per joint and side the generalized force Wᵀλ: (F world, S_C, M_C body axes) (7, ...)."""
-    return [
-        tuple(jnp.sum(terms.W[k][side] * lam[k][:, None], axis=0) for side in (0, 1))
-        for k in range(len(lam))
-    ]

@@ -36,12 +36,10 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from .._topology import GROUND
 from . import dynamics as dyn, kernels as cf
 from .forces import total_resultants
-from .joints import SchurSystem, body_of, joint_force_correction, joint_terms
+from .joints import joint_terms
 from .mass import half_trace, minv
 from .newton import (
     batch_jacobian,
@@ -51,6 +49,7 @@ from .newton import (
     implicit_root,
     unflatten,
 )
+from .schur import SchurSystem, joint_force_correction
 
 # A simplified iteration that grows its update (θ ≥ 1, twice in a row) hands the system to full
 # Newton at once; one that contracts slowly does so when it runs out of iterations.
@@ -84,17 +83,14 @@ def _per_body(model) -> int:
 
 
 def _split(model, zf):
-    """(n, *batch) -> (per-body part (k, *batch, nb), per-joint list of (m_k, *batch))."""
+    """(n, *batch) -> (per-body part (k, *batch, nb), stacked joint rows (m, *batch))."""
     k, nb = _per_body(model), model.nb
-    body = unflatten(zf[: k * nb], k, nb)
-    offs = np.cumsum((0,) + tuple(model.joint_rows))
-    rest = zf[k * nb :]
-    return body, [rest[offs[j] : offs[j + 1]] for j in range(len(model.joints))]
+    return unflatten(zf[: k * nb], k, nb), zf[k * nb :]
 
 
-def _join(body, joints):
+def _join(body, joints=None):
     out = flatten(body)
-    return jnp.concatenate([out, *joints], axis=0) if joints else out
+    return out if joints is None else jnp.concatenate([out, joints], axis=0)
 
 
 def residual(zf, args):
@@ -118,7 +114,7 @@ def residual(zf, args):
         _, udot, _ = f._engine_derivatives(free, tm, qm, um)
         rows = [rq, u1 - u - h * udot]
     if not model.joints:
-        return _join(jnp.concatenate(rows, axis=0), [])
+        return _join(jnp.concatenate(rows, axis=0))
     kin = f._engine_kinematics
     terms = joint_terms(model, kin, tm, qm, um, gamma=False)
     rows[1] = rows[1] - joint_force_correction(model, terms, lj, reduced=not f.is_dae)
@@ -173,21 +169,12 @@ class Preconditioner:
             target = (rc - 2.0 * jnp.sum(q[3:7] * rq[3:7], axis=0)) / half
             du = du.at[3].set(jnp.where(model.rigid, target, ru[3]))
         fnu = 0.0
-        lam = []
+        lam = None
         schur = self.schur
         if schur is not None:
-            du_t = jnp.moveaxis(du, -1, 1)  # (7, nb, ...)
-            cq = self._position_rows(rq)
-            rhs = []
-            for k in range(len(model.joints)):
-                rk = (rj[k] - cq[k]) / half
-                for side in (0, 1):
-                    b = body_of(model, k, side)
-                    if b != GROUND:
-                        rk = rk - jnp.sum(schur.terms.W[k][side] * du_t[:, b][None], axis=1)
-                rhs.append(rk)
+            rhs = (rj - self._position_rows(rq)) / half - schur.apply(du, reduced=False)
             lam = schur.solve(rhs)
-            corr, fnu = schur.correction(lam, du_t)
+            corr, fnu = schur.correction(lam)
             du = du + corr
         out = [rq + half * self.kin(q, du), du]
         if dae:
@@ -195,7 +182,7 @@ class Preconditioner:
             # tumbling body drifted by −0.24 ulp per step against 0.05 without)
             dlam = half_trace(model) * (du[3] - ru[3]) - fnu
             out.append(jnp.where(model.rigid, dlam, rc)[None])
-        return _join(jnp.concatenate(out, axis=0), list(lam))
+        return _join(jnp.concatenate(out, axis=0), lam)
 
 
 def _solver(tol, max_iters, exact):

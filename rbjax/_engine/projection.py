@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import kernels as cf
-from .joints import JointTerms, SchurSystem, joint_terms, solve_multipliers
+from .joints import joint_terms, row_layout
 from .mass import mvec
 from .newton import (
     batch_jacobian,
@@ -34,11 +34,15 @@ from .newton import (
     implicit_root,
     unflatten,
 )
+from .schur import SchurSystem, solve_multipliers
 
 
 def norm_rows(model, x):
-    """Max-abs of a list of per-joint residuals -> (n_joints, ...)."""
-    return jnp.stack([jnp.max(jnp.abs(c), axis=0) for c in x])
+    """Max-abs per joint of stacked residuals (R, ...) -> (n_joints, ...): one gather of each
+    joint's rows padded with zeros (rbjax/_engine/joints.py ``row_layout``)."""
+    a = jnp.abs(x)
+    a = jnp.concatenate([a, jnp.zeros((1,) + a.shape[1:], a.dtype)])
+    return jnp.max(a[row_layout(model.topology).pad], axis=1)
 
 
 def _renormalise(model, q):
@@ -48,24 +52,16 @@ def _renormalise(model, q):
     return jnp.concatenate([q[0:3], a], axis=0)
 
 
-def _split_rows(model, x):
-    """(m, ...) -> per-joint list of (m_k, ...)."""
-    offs = np.cumsum((0,) + tuple(model.joint_rows))
-    return [x[offs[k] : offs[k + 1]] for k in range(len(model.joints))]
-
-
 def residuals(model, t, q):
     """All joint residuals Φ(q, t) stacked, (m, ...)."""
     zero = jnp.zeros_like(q)
     kin = model.formulation._engine_kinematics
-    return jnp.concatenate(
-        joint_terms(model, kin, t, q, zero, gamma=False, jacobian=False).c, axis=0
-    )
+    return joint_terms(model, kin, t, q, zero, gamma=False, jacobian=False).c
 
 
 def joint_errors(model, r):
     """Largest |Φ| per joint, (n_joints, ...), from stacked residuals (m, ...)."""
-    return norm_rows(model, _split_rows(model, r))
+    return norm_rows(model, r)
 
 
 def _gauss_newton(model, t, q, tol, max_iters, dense):
@@ -77,8 +73,9 @@ def _gauss_newton(model, t, q, tol, max_iters, dense):
 
     def step(q):
         terms = joint_terms(model, kin, t, q, zero_u, gamma=False)
-        rhs = JointTerms(c=terms.c, cdot=terms.cdot, gamma=[-c for c in terms.c], W=terms.W)
-        _, du, _ = solve_multipliers(model, rhs, jnp.zeros_like(q), dense=dense)
+        _, du, _ = solve_multipliers(
+            model, terms.with_gamma(-terms.c), jnp.zeros_like(q), dense=dense
+        )
         return _renormalise(model, q + kin(q, du)), norm_rows(model, terms.c)
 
     def cond(carry):
@@ -108,13 +105,13 @@ def _frozen_normal(model, t, qt):
 
 def _along(model, qt, schur, mu):
     """q(μ) = N(q̃ + Q⁻¹(q̃) M⁻¹W̃(q̃)ᵀ μ) for stacked multipliers μ (m, ...)."""
-    du, _ = schur.correction(_split_rows(model, mu), jnp.moveaxis(qt, -1, 1))
+    du, _ = schur.correction(mu)
     return _renormalise(model, qt + model.formulation._engine_kinematics(qt, du))
 
 
 def _precondition(model, schur, r):
     """S⁻¹ r for stacked right-hand sides (m, ...)."""
-    return jnp.concatenate(schur.solve(_split_rows(model, r)), axis=0)
+    return schur.solve(r)
 
 
 def _projection_residual(mu, args):
@@ -342,6 +339,7 @@ def project_velocity(model, t, q, u, *, dense=False):
     """u ← u − M⁻¹W̃ᵀ(W̃M⁻¹W̃ᵀ)⁻¹(W u + c_t): the M-orthogonal projection onto ċ = 0."""
     kin = model.formulation._engine_kinematics
     terms = joint_terms(model, kin, t, q, u, gamma=False, cdot=True)
-    rhs = JointTerms(c=terms.c, cdot=terms.cdot, gamma=[-cd for cd in terms.cdot], W=terms.W)
-    _, du, _ = solve_multipliers(model, rhs, jnp.zeros_like(u), dense=dense)
+    _, du, _ = solve_multipliers(
+        model, terms.with_gamma(-terms.cdot), jnp.zeros_like(u), dense=dense
+    )
     return u + du

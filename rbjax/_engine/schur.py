@@ -1,0 +1,261 @@
+"""The joint multipliers of a mechanism: S λ = r with S = W̃ M⁻¹ W̃ᵀ, on the stacked joint rows.
+
+In generalized velocities u (Möller & Glocker 2012 eq. (37)) the joints ċ = W u + c_t = 0 give
+
+    M u̇ = f − h + Wᵀλ,      W u̇ = γ = −(∂ċ/∂q q̇ + ∂ċ/∂t)|_u        (rbjax/_engine/joints.py).
+
+Rigid bodies: their normalisation constraint |A|² = 1 has W = e_ν exactly (Möller & Glocker 2012
+eqs. (44), (89)-(90)), so it is eliminated in closed form: ν̇ = 0 and the joint multipliers solve
+the Schur complement S λ = γ − W̃ a with W̃ = W with the ν columns of rigid bodies removed and
+S = W̃ M⁻¹ W̃ᵀ (M⁻¹ block-diagonal and constant per body, Möller & Glocker 2012 eq. (64)). The
+scaling multiplier then follows from the ν row: λ_ν = −(f − h)_ν − (Wᵀλ)_ν (eq. (96) with the
+joint's scaling load). This is exactly the full KKT solution, with a smaller SPD system.
+
+Every product with W̃ works on the stacked rows of :class:`~rbjax._engine.joints.JointTerms`
+(R rows, each on two bodies, :func:`~rbjax._engine.joints.row_layout`): W̃ v is one gather of the
+bodies' vectors per side, W̃ᵀλ one scatter-add onto the bodies. The program therefore has the
+same size for 2 or 256 joints; only the factorisation of S depends on the joint graph:
+
+* "dense": S assembled from four masked products of the stacked rows and factored by one LAPACK
+  Cholesky (small systems in small batches, and the one-shot analyses);
+* "tree": the elimination along the joint graph (rbjax/_engine/elimination.py), a ``lax.scan``
+  over the levels of the spanning tree, loops closed by a Schur complement on their rows;
+* "block": the block-sparse Cholesky of S (rbjax/_engine/blockchol.py), unrolled joint by joint
+  (its program grows with the joints): kept for the tiny systems in large batches where it
+  measurably wins, and for graphs with many loops.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .blockchol import DENSE_MAX_BATCH, UNROLL_MAX_ROWS, factor, mm_t, prefers_dense
+from .elimination import TreeSchur, schedule
+from .joints import JointTerms, row_layout
+from .mass import blocks as mass_blocks, minv, minv_at
+
+# Which factorisation solves S λ = r; tests and benchmarks set it to compare them (None: by
+# :func:`method`).
+FORCE_METHOD: str | None = None
+
+# The elimination along the joint graph closes loops by a dense Schur complement on the closure
+# rows, formed with one tree solve per row: with more loop-closing joints than this, the block
+# Cholesky of S (which exploits the loops' sparsity) is used instead.
+TREE_MAX_CLOSURES = 4
+
+
+def method(topology, rows: int, batch: int) -> str:
+    """How S λ = r is solved for ``rows`` joint equations and ``batch`` systems per call:
+    "dense" (one LAPACK Cholesky), "block" (block Cholesky of S, rbjax/_engine/blockchol.py) or
+    "tree" (elimination along the joint graph, rbjax/_engine/elimination.py). Measured
+    (benchmarks/elimination.py, N-link chains, RK4): the elimination is ahead or level from B = 64 above
+    80 rows (32 links: 258 against 354 µs per system-step; 64 links: 694 against 666, 128
+    links: 1419 against 1538); at B = 1 the block Cholesky of S with one LAPACK call per block
+    beat it (64 links: 1.4 ms per step against 2.3 ms for the elimination's LAPACK variant)."""
+    if FORCE_METHOD is not None:
+        return FORCE_METHOD
+    if prefers_dense(rows, batch):
+        return "dense"
+    if batch < DENSE_MAX_BATCH or rows <= UNROLL_MAX_ROWS:
+        return "block"
+    if len(schedule(topology).closures) > TREE_MAX_CLOSURES:
+        return "block"
+    return "tree"
+
+
+class SchurSystem:
+    """S = W̃ M⁻¹ W̃ᵀ of ``terms`` (stacked rows), factored once (trace-time object).
+
+    ``solve(r)`` returns S⁻¹ r for stacked right-hand sides r (R, ...); a projection that
+    iterates with a frozen W̃ (rbjax/_engine/projection.py) factors S only once. ``dense=True``
+    solves by one dense LAPACK Cholesky whatever the size: analyses that run once (assembly,
+    kinematic analysis) trade run time, irrelevant there, for a smaller program to compile.
+    """
+
+    def __init__(self, model, terms: JointTerms, dtype, *, dense: bool = False):
+        lay = row_layout(model.topology)
+        self.model, self.terms, self.layout, self.dtype = model, terms, lay, dtype
+        batch = terms.Wi.shape[2:] if terms.Wi is not None else ()
+        keep = lay.keep.reshape(lay.keep.shape + (1,) * len(batch))
+        self.w = (terms.Wi * keep[0], terms.Wj * keep[1]) if lay.n else ((), ())
+        self.batch, self.n = batch, lay.n
+        self.dense = dense
+        self.method = (
+            "dense" if dense else method(model.topology, lay.n, int(np.prod(batch, dtype=int)))
+        )
+        self._solve = None  # built on the first solve: a projection's residual needs none
+
+    # -- products with W̃ on the stacked rows ---------------------------------------------------
+
+    def apply(self, v, *, reduced: bool = True):
+        """W̃ v (R, ...) for per-body vectors v (7, ..., nb); ``reduced=False``: the full W
+        (ν columns kept) on the non-ground sides."""
+        w = self.w if reduced else (self.terms.Wi, self.terms.Wj)
+        out = 0.0
+        for side in (0, 1):
+            vr = jnp.take(v, self.layout.body[side], axis=-1, mode="fill", fill_value=0.0)
+            out = out + jnp.sum(w[side] * jnp.moveaxis(vr, -1, 0), axis=1)
+        return out
+
+    def scatter(self, lam, *, reduced: bool = True):
+        """Wᵀλ summed onto the bodies, (7, ..., nb), for stacked λ (R, ...) (the ground's share
+        dropped); ``reduced``: W̃ (ν columns of rigid bodies removed)."""
+        w = self.w if reduced else (self.terms.Wi, self.terms.Wj)
+        nb = self.model.nb
+        batch = jnp.broadcast_shapes(self.batch, lam.shape[1:])
+        out = jnp.zeros((7,) + batch + (nb + 1,), lam.dtype)
+        for side in (0, 1):
+            contrib = jnp.moveaxis(w[side] * lam[:, None], 0, -1)
+            out = out.at[..., self.layout.body[side]].add(contrib)
+        return out[..., :nb]
+
+    def correction(self, lam):
+        """(M⁻¹W̃ᵀλ (7, ..., nb), (Wᵀλ)_ν (..., nb)) for stacked λ (R, ...)."""
+        F = self.scatter(lam, reduced=False)
+        reduced = F.at[3].set(jnp.where(self.model.rigid, 0.0, F[3]))
+        return minv(self.model, reduced), F[3]
+
+    def matvec(self, lam):
+        """S λ = W̃ M⁻¹ W̃ᵀ λ for stacked λ (R, ...)."""
+        if self.method == "tree":
+            return self._elimination().matvec(lam)
+        return self.apply(minv(self.model, self.scatter(lam)))
+
+    # -- factorisations ------------------------------------------------------------------------
+
+    def _minv_rows(self, side):
+        """M_b⁻¹ W̃_r for every row r and its body b on ``side``, (R, 7, ...)."""
+        x = jnp.moveaxis(self.w[side], 0, -1)  # (7, ..., R): one row per "body" slot
+        return jnp.moveaxis(minv_at(self.model, x, self.layout.body[side]), -1, 0)
+
+    def assemble(self):
+        """S (R, R, ...): Σ over the sides (α, β) of W̃_α M⁻¹ W̃_βᵀ where the rows' bodies
+        coincide (four products of the stacked rows, masked by the joint graph)."""
+        body, nb = self.layout.body, self.model.nb
+        x = (self._minv_rows(0), self._minv_rows(1))
+        S = 0.0
+        for a in (0, 1):
+            for b in (0, 1):
+                mask = (body[a][:, None] == body[b][None, :]) & (body[a][:, None] < nb)
+                if not mask.any():
+                    continue
+                prod = jnp.einsum("rc...,sc...->rs...", self.w[a], x[b])
+                S = S + prod * jnp.asarray(mask, prod.dtype).reshape(
+                    mask.shape + (1,) * len(self.batch)
+                )
+        return S
+
+    def _blocks(self) -> dict:
+        """The structurally non-zero lower blocks {(k, l): (m_k, m_l, ...)} of S (block method)."""
+        model, off = self.model, self.layout.offsets
+        nb = model.nb
+        x = (self._minv_rows(0), self._minv_rows(1))
+        touching: dict = {b: [] for b in range(nb)}
+        for k, (bi, bj) in enumerate(model.topology.joint_bodies):
+            for side, b in enumerate((bi, bj)):
+                if b >= 0:
+                    sl = slice(int(off[k]), int(off[k + 1]))
+                    touching[b].append((k, self.w[side][sl], x[side][sl]))
+        blocks: dict = {}
+        for b in range(nb):
+            for k, wk, _ in touching[b]:
+                for l, _, xl in touching[b]:
+                    if l > k:
+                        continue
+                    blk = mm_t(wk, xl)
+                    blocks[(k, l)] = blk if (k, l) not in blocks else blocks[(k, l)] + blk
+        return blocks
+
+    def _elimination(self) -> TreeSchur:
+        if not hasattr(self, "_tree"):
+            model, batch, nb = self.model, self.batch, self.model.nb
+
+            def per_body(mb):  # (7, 7, ..., nb) -> (7, 7, nb, *batch)
+                mb = jnp.moveaxis(mb, -1, 2)
+                mb = mb.reshape((7, 7, nb) + (1,) * (len(batch) + 3 - mb.ndim) + mb.shape[3:])
+                return jnp.broadcast_to(mb, (7, 7, nb) + batch)
+
+            def apply_minv(F):  # (7, nb, *batch) -> M⁻¹ F, same layout
+                return jnp.moveaxis(minv(model, jnp.moveaxis(F, 1, -1)), -1, 1)
+
+            self._tree = TreeSchur(
+                schedule(model.topology),
+                per_body(mass_blocks(model)),
+                apply_minv,
+                *self.w,
+                self.layout.body,
+            )
+        return self._tree
+
+    def _solver(self):
+        """The factorised solve of stacked right-hand sides (built once, in the caller's
+        trace, outside any solve)."""
+        if self._solve is not None:
+            return self._solve
+        if self.method == "dense":
+            S = jnp.moveaxis(self.assemble(), (0, 1), (-2, -1))
+            chol = jax.scipy.linalg.cho_factor(S, lower=True)
+
+            def solve(r):
+                rhs = jnp.moveaxis(r, 0, -1)[..., None]
+                return jnp.moveaxis(jax.scipy.linalg.cho_solve(chol, rhs)[..., 0], -1, 0)
+
+        elif self.method == "tree":
+            tree = self._elimination()
+            tree.factor()
+            solve = tree.solve
+        else:
+            fac = factor(self._blocks(), len(self.terms.rows), self.n)
+
+            def solve(r):
+                return jnp.concatenate(fac.solve(self.terms.split(r)), axis=0)
+
+        self._solve = solve
+        return solve
+
+    def factorise(self) -> SchurSystem:
+        """Factor S now, in the caller's trace. A solver that iterates with a frozen S calls
+        this before its loop: otherwise the first solve, traced inside the loop body, would put
+        the factorisation in the body and repeat it every iteration."""
+        self._solver()
+        return self
+
+    def solve(self, rhs):
+        """S⁻¹ rhs for stacked rhs (R, ...), differentiated as a linear solve
+        (``jax.lax.custom_linear_solve``).
+
+        The tangent of λ = S⁻¹ r is S⁻¹ (ṙ − Ṡ λ) and its transpose is S⁻¹ again (S is
+        symmetric): derivatives reuse the forward factorisation through ``solve`` and
+        differentiate only the product S λ, never the elimination itself. This keeps forward-
+        and reverse-mode programs small."""
+        solve = self._solver()
+        return jax.lax.custom_linear_solve(self.matvec, rhs, lambda _, b: solve(b), symmetric=True)
+
+
+def solve_multipliers(model, terms: JointTerms, a, rhs_extra=None, *, dense: bool = False):
+    """Solve S λ = γ − W̃ a (+ rhs_extra) and return (λ (R, ...), M⁻¹W̃ᵀλ, (Wᵀλ)_ν).
+
+    ``a`` (7, ..., nb) is the unconstrained acceleration with ν̇ = 0 already set for rigid
+    bodies; ``rhs_extra`` stacked rows (R, ...) or None. Returns the stacked multipliers, the
+    correction (7, ..., nb) to add to a, and the scaling component of the joint forces per body
+    (..., nb). ``dense``: see :class:`SchurSystem`.
+    """
+    schur = SchurSystem(model, terms, a.dtype, dense=dense)
+    rhs = terms.gamma - schur.apply(a)
+    if rhs_extra is not None:
+        rhs = rhs + rhs_extra
+    lam = schur.solve(rhs)
+    corr, fnu = schur.correction(lam)
+    return lam, corr, fnu
+
+
+def joint_force_correction(model, terms: JointTerms, lam, *, reduced: bool):
+    """M⁻¹ Wᵀ λ (7, ..., nb) for stacked multipliers ``lam`` (R, ...).
+
+    ``reduced``: use W̃ (ν columns of rigid bodies removed), as in the Schur complement;
+    otherwise the full W (the implicit DAE scheme, where ν is an unknown of its own).
+    """
+    schur = SchurSystem(model, terms, lam.dtype, dense=True)
+    return minv(model, schur.scatter(lam, reduced=reduced))
