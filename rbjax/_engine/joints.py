@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -149,11 +150,12 @@ class JointTerms(eqx.Module):
     mechanism's program does not grow with its number of joints (:func:`row_layout` maps rows
     to bodies); :meth:`split` and :attr:`W` give the per-joint view."""
 
-    c: jax.Array
-    cdot: jax.Array | None
-    gamma: jax.Array | None
-    Wi: jax.Array | None
-    Wj: jax.Array | None
+    # (typed Any: a field not requested is None, and every consumer asks for what it reads)
+    c: Any
+    cdot: Any
+    gamma: Any
+    Wi: Any
+    Wj: Any
     rows: tuple[int, ...] = eqx.field(static=True)
 
     def split(self, x) -> list:

@@ -77,9 +77,9 @@ class SchurSystem:
     def __init__(self, model, terms: JointTerms, dtype, *, dense: bool = False):
         lay = row_layout(model.topology)
         self.model, self.terms, self.layout, self.dtype = model, terms, lay, dtype
-        batch = terms.Wi.shape[2:] if terms.Wi is not None else ()
+        batch = terms.Wi.shape[2:]
         keep = lay.keep.reshape(lay.keep.shape + (1,) * len(batch))
-        self.w = (terms.Wi * keep[0], terms.Wj * keep[1]) if lay.n else ((), ())
+        self.w = (terms.Wi * keep[0], terms.Wj * keep[1])
         self.batch, self.n = batch, lay.n
         self.dense = dense
         self.method = (
