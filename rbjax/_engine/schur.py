@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .blockchol import DENSE_MAX_BATCH, UNROLL_MAX_ROWS, factor, mm_t, prefers_dense
+from .blockchol import DENSE_MAX_BATCH, factor, mm_t, prefers_dense
 from .elimination import TreeSchur, schedule
 from .joints import JointTerms, row_layout
 from .mass import blocks as mass_blocks, minv, minv_at
@@ -45,20 +45,34 @@ FORCE_METHOD: str | None = None
 # Cholesky of S (which exploits the loops' sparsity) is used instead.
 TREE_MAX_CLOSURES = 4
 
+# From this many joint equations on, batches of DENSE_MAX_BATCH systems or more are solved along
+# the joint graph: its program has the same size for any number of joints, while the unrolled
+# block Cholesky grows with them (see :func:`method`).
+TREE_MIN_ROWS = 40
+
 
 def method(topology, rows: int, batch: int) -> str:
     """How S λ = r is solved for ``rows`` joint equations and ``batch`` systems per call:
     "dense" (one LAPACK Cholesky), "block" (block Cholesky of S, rbjax/_engine/blockchol.py) or
-    "tree" (elimination along the joint graph, rbjax/_engine/elimination.py). Measured
-    (benchmarks/elimination.py, N-link chains, RK4): the elimination is ahead or level from B = 64 above
-    80 rows (32 links: 258 against 354 µs per system-step; 64 links: 694 against 666, 128
-    links: 1419 against 1538); at B = 1 the block Cholesky of S with one LAPACK call per block
-    beat it (64 links: 1.4 ms per step against 2.3 ms for the elimination's LAPACK variant)."""
+    "tree" (elimination along the joint graph, rbjax/_engine/elimination.py).
+
+    Measured (benchmarks/elimination.py, N-link chains, RK4, 2-core CPU, float64, with the
+    stacked rows), µs per system-step and compile seconds of the rollout:
+
+    - B = 64: at 4 links block 27.6 (12 s) against tree 58.6 (16 s); at 8 links block 86.8
+      (15 s), tree 84.2 (10 s); at 16 links block 346 (33 s), tree 155 (11 s); at 64 links
+      block 1131 (17 s), tree 971 (17 s). Hence the elimination from TREE_MIN_ROWS on.
+    - B = 1: dense 482 (3.5 s) at 16 links; from 32 links the block Cholesky with one LAPACK
+      call per block wins (32: 1046 against dense 3291 and tree 3917; 64: 1839 against tree
+      5807; 128: 4084 against 29962), although its program grows with the joints (compile
+      8.3, 14.8, 22.5 s against the tree's 11.0, 8.3, 9.3 s): the elimination's levels are
+      sequential scan steps of a few hundred scalar operations each, all overhead without a
+      batch to vectorise over."""
     if FORCE_METHOD is not None:
         return FORCE_METHOD
     if prefers_dense(rows, batch):
         return "dense"
-    if batch < DENSE_MAX_BATCH or rows <= UNROLL_MAX_ROWS:
+    if batch < DENSE_MAX_BATCH or rows < TREE_MIN_ROWS:
         return "block"
     if len(schedule(topology).closures) > TREE_MAX_CLOSURES:
         return "block"
