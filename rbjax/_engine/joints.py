@@ -104,7 +104,8 @@ class RowLayout:
     ``offsets`` (n_joints + 1,) the first row of each joint; ``body`` (2, R) per row the body of
     side i and side j (``nb`` for the ground); ``perm`` the rows of the concatenated groups
     (each group row-major: joint, then equation) in joint order, None if already in order;
-    ``pad`` (n_joints, m_max) per joint its rows padded with R (a row reading 0)."""
+    ``pad`` (n_joints, m_max) per joint its rows padded with R (a row reading 0); ``keep``
+    (2, R, 7) the columns of W̃ per side; ``onto`` (K, nb) per body the rows on it (see below)."""
 
     def __init__(self, topology):
         nb, rows = topology.nb, tuple(topology.joint_rows)
@@ -132,6 +133,17 @@ class RowLayout:
                 elif not topology.scalable[b]:
                     keep[side, r, 3] = 0.0
         self.keep = keep
+        # per body its rows, as indices into both sides' rows stacked (side i, then side j)
+        # and padded with 2R (a zero row): (K, nb), K the most rows on one body
+        touch: list = [[] for _ in range(nb)]
+        for side in (0, 1):
+            for r, b in enumerate(self.body[side]):
+                if b < nb:
+                    touch[b].append(side * self.n + r)
+        depth = max([len(t) for t in touch] + [1])
+        self.onto = np.full((depth, nb), 2 * self.n, int)
+        for b, rows_b in enumerate(touch):
+            self.onto[: len(rows_b), b] = rows_b
 
 
 @functools.lru_cache(maxsize=64)

@@ -31,10 +31,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .blockchol import DENSE_MAX_BATCH, factor, mm_t, prefers_dense
+from . import kernels as cf
+from .blockchol import (
+    DENSE_MAX_BATCH,
+    UNROLL_MAX_ROWS,
+    dense_factor,
+    factor,
+    mm_t,
+    prefers_dense,
+)
 from .elimination import TreeSchur, schedule
 from .joints import JointTerms, row_layout
-from .mass import blocks as mass_blocks, minv, minv_at
+from .layout import inertia_components
+from .mass import blocks as mass_blocks, half_trace, minv, minv_at
 
 # Which factorisation solves S λ = r; tests and benchmarks set it to compare them (None: by
 # :func:`method`).
@@ -72,7 +81,7 @@ def method(topology, rows: int, batch: int) -> str:
         return FORCE_METHOD
     if prefers_dense(rows, batch):
         return "dense"
-    if batch < DENSE_MAX_BATCH or rows < TREE_MIN_ROWS:
+    if batch < DENSE_MAX_BATCH or rows <= UNROLL_MAX_ROWS:
         return "block"
     if len(schedule(topology).closures) > TREE_MAX_CLOSURES:
         return "block"
@@ -99,6 +108,9 @@ class SchurSystem:
         self.method = (
             "dense" if dense else method(model.topology, lay.n, int(np.prod(batch, dtype=int)))
         )
+        # products with W̃ joint by joint (see :meth:`_per_joint`) unless the analyses' dense
+        # solve was asked for or the elimination along the graph was chosen
+        self._unrolled = not dense and self.method in ("block", "dense")
         self._solve = None  # built on the first solve: a projection's residual needs none
 
     # -- products with W̃ on the stacked rows ---------------------------------------------------
@@ -107,23 +119,58 @@ class SchurSystem:
         """W̃ v (R, ...) for per-body vectors v (7, ..., nb); ``reduced=False``: the full W
         (ν columns kept) on the non-ground sides."""
         w = self.w if reduced else (self.terms.Wi, self.terms.Wj)
+        if self._unrolled:  # per joint (see :meth:`_per_joint`)
+            vt = jnp.moveaxis(v, -1, 1)  # (7, nb, ...)
+            return jnp.concatenate(
+                [
+                    sum(jnp.sum(w[side][sl] * vt[:, b][None], axis=1) for side, b in on)
+                    for sl, on in self._per_joint()
+                ]
+            )
+        vt = jnp.moveaxis(v, -1, 0)  # bodies first: each row reads one contiguous slice
+        vt = jnp.concatenate([vt, jnp.zeros((1,) + vt.shape[1:], vt.dtype)])  # the ground
         out = 0.0
         for side in (0, 1):
-            vr = jnp.take(v, self.layout.body[side], axis=-1, mode="fill", fill_value=0.0)
-            out = out + jnp.sum(w[side] * jnp.moveaxis(vr, -1, 0), axis=1)
+            out = out + jnp.sum(w[side] * vt[self.layout.body[side]], axis=1)
         return out
 
     def scatter(self, lam, *, reduced: bool = True):
         """Wᵀλ summed onto the bodies, (7, ..., nb), for stacked λ (R, ...) (the ground's share
         dropped); ``reduced``: W̃ (ν columns of rigid bodies removed)."""
         w = self.w if reduced else (self.terms.Wi, self.terms.Wj)
-        nb = self.model.nb
         batch = jnp.broadcast_shapes(self.batch, lam.shape[1:])
-        out = jnp.zeros((7,) + batch + (nb + 1,), lam.dtype)
-        for side in (0, 1):
-            contrib = jnp.moveaxis(w[side] * lam[:, None], 0, -1)
-            out = out.at[..., self.layout.body[side]].add(contrib)
-        return out[..., :nb]
+        if self._unrolled:
+            acc: list = [jnp.zeros((7,) + batch, lam.dtype)] * self.model.nb
+            for sl, on in self._per_joint():
+                for side, b in on:
+                    acc[b] = acc[b] + jnp.sum(w[side][sl] * lam[sl][:, None], axis=0)
+            return jnp.stack(acc, axis=-1)
+        contrib = jnp.concatenate(
+            [
+                jnp.broadcast_to(w[0] * lam[:, None], (self.n, 7) + batch),
+                jnp.broadcast_to(w[1] * lam[:, None], (self.n, 7) + batch),
+                jnp.zeros((1, 7) + batch, lam.dtype),
+            ]
+        )
+        # a sum of gathers (each body's rows, padded with the zero row) rather than a
+        # scatter-add, which XLA runs as a serial loop on CPU
+        return jnp.moveaxis(jnp.sum(contrib[self.layout.onto], axis=0), 0, -1)
+
+    def _per_joint(self) -> list:
+        """Per joint its rows (a slice) and its non-ground sides [(side, body)]. With the block
+        Cholesky, whose program is unrolled joint by joint anyway, W̃ v and W̃ᵀλ are unrolled the
+        same way: slices of the stacked rows fuse with the block operations around them, where
+        the gathers of the stacked form made the small batched systems about 1.3× slower
+        (double pendulum and slider-crank at B = 64, RK4)."""
+        off, nb = self.layout.offsets, self.model.nb
+        body = self.layout.body
+        return [
+            (
+                slice(int(off[k]), int(off[k + 1])),
+                [(s, int(body[s][off[k]])) for s in (0, 1) if body[s][off[k]] < nb],
+            )
+            for k in range(len(off) - 1)
+        ]
 
     def correction(self, lam):
         """(M⁻¹W̃ᵀλ (7, ..., nb), (Wᵀλ)_ν (..., nb)) for stacked λ (R, ...)."""
@@ -140,9 +187,36 @@ class SchurSystem:
     # -- factorisations ------------------------------------------------------------------------
 
     def _minv_rows(self, side):
-        """M_b⁻¹ W̃_r for every row r and its body b on ``side``, (R, 7, ...)."""
+        """M_b⁻¹ W̃_r for every row r and its body b on ``side``, (R, 7, ...): one gather of
+        the bodies' inertias for the analyses (``dense=True``, any size: a program that does
+        not grow), else joint by joint with static bodies (:meth:`_minv_joint`; the dense
+        method is chosen for at most DENSE_MAX_ROWS equations, and the gathers made the
+        double pendulum's step at B = 1 1.5× slower)."""
+        if not self.dense:
+            parts = []
+            for sl, on in self._per_joint():
+                w = self.w[side][sl]
+                b = dict(on).get(side)
+                parts.append(jnp.zeros_like(w) if b is None else self._minv_joint(w, b))
+            return jnp.concatenate(parts)
         x = jnp.moveaxis(self.w[side], 0, -1)  # (7, ..., R): one row per "body" slot
         return jnp.moveaxis(minv_at(self.model, x, self.layout.body[side]), -1, 0)
+
+    def _minv_joint(self, w, b: int):
+        """M_b⁻¹ applied to every row of w (m, 7, ...) (Möller & Glocker 2012 eq. (64))."""
+        model = self.model
+        if not hasattr(self, "_thinv"):
+            self._thinv = cf.sym_inv(inertia_components(model))
+        thinv = self._thinv[..., b]
+        rot = cf.matvec(thinv, jnp.moveaxis(w[:, 4:7], 1, 0))
+        return jnp.concatenate(
+            [
+                w[:, 0:3] / model.mass[..., b],
+                (w[:, 3] / half_trace(model)[..., b])[:, None],
+                jnp.moveaxis(rot, 0, 1),
+            ],
+            axis=1,
+        )
 
     def assemble(self):
         """S (R, R, ...): Σ over the sides (α, β) of W̃_α M⁻¹ W̃_βᵀ where the rows' bodies
@@ -163,15 +237,14 @@ class SchurSystem:
 
     def _blocks(self) -> dict:
         """The structurally non-zero lower blocks {(k, l): (m_k, m_l, ...)} of S (block method)."""
-        model, off = self.model, self.layout.offsets
+        model = self.model
         nb = model.nb
-        x = (self._minv_rows(0), self._minv_rows(1))
         touching: dict = {b: [] for b in range(nb)}
-        for k, (bi, bj) in enumerate(model.topology.joint_bodies):
-            for side, b in enumerate((bi, bj)):
-                if b >= 0:
-                    sl = slice(int(off[k]), int(off[k + 1]))
-                    touching[b].append((k, self.w[side][sl], x[side][sl]))
+        for k, (sl, on) in enumerate(self._per_joint()):
+            for side, b in on:
+                w = self.w[side][sl]
+                x = self._minv_joint(w, b)
+                touching[b].append((k, w, x))
         blocks: dict = {}
         for b in range(nb):
             for k, wk, _ in touching[b]:
@@ -209,8 +282,11 @@ class SchurSystem:
         if self._solve is not None:
             return self._solve
         if self.method == "dense":
-            S = jnp.moveaxis(self.assemble(), (0, 1), (-2, -1))
-            chol = jax.scipy.linalg.cho_factor(S, lower=True)
+            if self._unrolled:  # from the blocks (the analyses: four stacked products)
+                chol = dense_factor(self._blocks(), self.terms.rows)
+            else:
+                S = jnp.moveaxis(self.assemble(), (0, 1), (-2, -1))
+                chol = jax.scipy.linalg.cho_factor(S, lower=True)
 
             def solve(r):
                 rhs = jnp.moveaxis(r, 0, -1)[..., None]
