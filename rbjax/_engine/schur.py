@@ -35,7 +35,6 @@ from . import kernels as cf
 from .blockchol import (
     DENSE_MAX_BATCH,
     UNROLL_MAX_ROWS,
-    dense_factor,
     factor,
     mm_t,
     prefers_dense,
@@ -54,29 +53,24 @@ FORCE_METHOD: str | None = None
 # Cholesky of S (which exploits the loops' sparsity) is used instead.
 TREE_MAX_CLOSURES = 4
 
-# From this many joint equations on, batches of DENSE_MAX_BATCH systems or more are solved along
-# the joint graph: its program has the same size for any number of joints, while the unrolled
-# block Cholesky grows with them (see :func:`method`).
-TREE_MIN_ROWS = 40
-
 
 def method(topology, rows: int, batch: int) -> str:
     """How S λ = r is solved for ``rows`` joint equations and ``batch`` systems per call:
     "dense" (one LAPACK Cholesky), "block" (block Cholesky of S, rbjax/_engine/blockchol.py) or
     "tree" (elimination along the joint graph, rbjax/_engine/elimination.py).
 
-    Measured (benchmarks/elimination.py, N-link chains, RK4, 2-core CPU, float64, with the
-    stacked rows), µs per system-step and compile seconds of the rollout:
-
-    - B = 64: at 4 links block 27.6 (12 s) against tree 58.6 (16 s); at 8 links block 86.8
-      (15 s), tree 84.2 (10 s); at 16 links block 346 (33 s), tree 155 (11 s); at 64 links
-      block 1131 (17 s), tree 971 (17 s). Hence the elimination from TREE_MIN_ROWS on.
-    - B = 1: dense 482 (3.5 s) at 16 links; from 32 links the block Cholesky with one LAPACK
-      call per block wins (32: 1046 against dense 3291 and tree 3917; 64: 1839 against tree
-      5807; 128: 4084 against 29962), although its program grows with the joints (compile
-      8.3, 14.8, 22.5 s against the tree's 11.0, 8.3, 9.3 s): the elimination's levels are
-      sequential scan steps of a few hundred scalar operations each, all overhead without a
-      batch to vectorise over."""
+    Small batches are compile-bound (a rollout of a few systems runs for milliseconds and
+    compiles for seconds): below DENSE_MAX_BATCH systems and up to DENSE_MAX_ROWS equations the
+    dense Cholesky on the stacked rows, whose program does not grow with the joints (16-link
+    chain, B = 1: 1.8 s to compile the rollout against 5.6 s per joint; its step runs about
+    1.3-1.5× slower, double pendulum 69 against 44 µs). Large batches are run-bound: up to
+    UNROLL_MAX_ROWS equations the block Cholesky unrolled joint by joint (B = 64, 16 links: 56
+    µs per system-step against 134-155 for the elimination, which compiles in 11 s against
+    28 s), above it the elimination (32 links: 258 against 354 µs; 64 links: level). At
+    B = 1 above DENSE_MAX_ROWS the block Cholesky with one LAPACK call per block (64 links:
+    1.8 ms per step against 5.8 ms for the elimination, whose levels are sequential scan
+    steps of scalar operations with no batch to vectorise over; it compiles in 8 s against
+    15 s). Measured with benchmarks/elimination.py on a 2-core CPU, float64."""
     if FORCE_METHOD is not None:
         return FORCE_METHOD
     if prefers_dense(rows, batch):
@@ -108,9 +102,9 @@ class SchurSystem:
         self.method = (
             "dense" if dense else method(model.topology, lay.n, int(np.prod(batch, dtype=int)))
         )
-        # products with W̃ joint by joint (see :meth:`_per_joint`) unless the analyses' dense
-        # solve was asked for or the elimination along the graph was chosen
-        self._unrolled = not dense and self.method in ("block", "dense")
+        # products with W̃ joint by joint with the unrolled block Cholesky (see
+        # :meth:`_per_joint`), on the stacked rows otherwise
+        self._unrolled = self.method == "block"
         self._solve = None  # built on the first solve: a projection's residual needs none
 
     # -- products with W̃ on the stacked rows ---------------------------------------------------
@@ -188,17 +182,7 @@ class SchurSystem:
 
     def _minv_rows(self, side):
         """M_b⁻¹ W̃_r for every row r and its body b on ``side``, (R, 7, ...): one gather of
-        the bodies' inertias for the analyses (``dense=True``, any size: a program that does
-        not grow), else joint by joint with static bodies (:meth:`_minv_joint`; the dense
-        method is chosen for at most DENSE_MAX_ROWS equations, and the gathers made the
-        double pendulum's step at B = 1 1.5× slower)."""
-        if not self.dense:
-            parts = []
-            for sl, on in self._per_joint():
-                w = self.w[side][sl]
-                b = dict(on).get(side)
-                parts.append(jnp.zeros_like(w) if b is None else self._minv_joint(w, b))
-            return jnp.concatenate(parts)
+        the bodies' inertias (Möller & Glocker 2012 eq. (64))."""
         x = jnp.moveaxis(self.w[side], 0, -1)  # (7, ..., R): one row per "body" slot
         return jnp.moveaxis(minv_at(self.model, x, self.layout.body[side]), -1, 0)
 
@@ -282,11 +266,8 @@ class SchurSystem:
         if self._solve is not None:
             return self._solve
         if self.method == "dense":
-            if self._unrolled:  # from the blocks (the analyses: four stacked products)
-                chol = dense_factor(self._blocks(), self.terms.rows)
-            else:
-                S = jnp.moveaxis(self.assemble(), (0, 1), (-2, -1))
-                chol = jax.scipy.linalg.cho_factor(S, lower=True)
+            S = jnp.moveaxis(self.assemble(), (0, 1), (-2, -1))
+            chol = jax.scipy.linalg.cho_factor(S, lower=True)
 
             def solve(r):
                 rhs = jnp.moveaxis(r, 0, -1)[..., None]
