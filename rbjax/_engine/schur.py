@@ -152,10 +152,11 @@ class SchurSystem:
 
     def _per_joint(self) -> list:
         """Per joint its rows (a slice) and its non-ground sides [(side, body)]. With the block
-        Cholesky, whose program is unrolled joint by joint anyway, W̃ v and W̃ᵀλ are unrolled the
-        same way: slices of the stacked rows fuse with the block operations around them, where
-        the gathers of the stacked form made the small batched systems about 1.3× slower
-        (double pendulum and slider-crank at B = 64, RK4)."""
+        Cholesky, whose program is unrolled joint by joint anyway, W̃ v, W̃ᵀλ and M⁻¹W̃ᵀ
+        (:meth:`_minv_joint`) are unrolled the same way, with static bodies: the stacked forms
+        (gathers of the bodies' vectors and of their inertias per row) made the small batched
+        systems about 1.3× slower (double pendulum and slider-crank at B = 64, RK4; the
+        inertia gathers were most of it)."""
         off, nb = self.layout.offsets, self.model.nb
         body = self.layout.body
         return [
