@@ -27,8 +27,12 @@ def minv(model, x):
 def minv_at(model, x, index):
     """M_b⁻¹ x_r with b = index[r] for vectors x (7, ..., n) whose last axis is not the bodies
     but anything living on them (the rows of W̃, one body each); indices past the last body
-    (the ground) read the last body and must come with x = 0 there."""
-    at = lambda a: jnp.take(a, index, axis=-1, mode="clip")  # noqa: E731
+    (the ground) read the last body and must come with x = 0 there. An int ``index``: one
+    body for every slot, read by a static slice (no gather)."""
+    if isinstance(index, int):
+        at = lambda a: a[..., index, None]  # noqa: E731
+    else:
+        at = lambda a: jnp.take(a, index, axis=-1, mode="clip")  # noqa: E731
     thinv = at(cf.sym_inv(inertia_components(model)))
     return jnp.concatenate(
         [x[0:3] / at(model.mass), (x[3] / at(half_trace(model)))[None], cf.matvec(thinv, x[4:7])],

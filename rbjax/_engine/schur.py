@@ -31,7 +31,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import kernels as cf
 from .blockchol import (
     DENSE_MAX_BATCH,
     UNROLL_MAX_ROWS,
@@ -41,8 +40,7 @@ from .blockchol import (
 )
 from .elimination import TreeSchur, schedule
 from .joints import JointTerms, row_layout
-from .layout import inertia_components
-from .mass import blocks as mass_blocks, half_trace, minv, minv_at
+from .mass import blocks as mass_blocks, minv, minv_at
 
 # Which factorisation solves S λ = r; tests and benchmarks set it to compare them (None: by
 # :func:`method`).
@@ -188,20 +186,8 @@ class SchurSystem:
         return jnp.moveaxis(minv_at(self.model, x, self.layout.body[side]), -1, 0)
 
     def _minv_joint(self, w, b: int):
-        """M_b⁻¹ applied to every row of w (m, 7, ...) (Möller & Glocker 2012 eq. (64))."""
-        model = self.model
-        if not hasattr(self, "_thinv"):
-            self._thinv = cf.sym_inv(inertia_components(model))
-        thinv = self._thinv[..., b]
-        rot = cf.matvec(thinv, jnp.moveaxis(w[:, 4:7], 1, 0))
-        return jnp.concatenate(
-            [
-                w[:, 0:3] / model.mass[..., b],
-                (w[:, 3] / half_trace(model)[..., b])[:, None],
-                jnp.moveaxis(rot, 0, 1),
-            ],
-            axis=1,
-        )
+        """M_b⁻¹ applied to every row of w (m, 7, ...), body b static (:func:`minv_at`)."""
+        return jnp.moveaxis(minv_at(self.model, jnp.moveaxis(w, 0, -1), b), -1, 0)
 
     def assemble(self):
         """S (R, R, ...): Σ over the sides (α, β) of W̃_α M⁻¹ W̃_βᵀ where the rows' bodies
