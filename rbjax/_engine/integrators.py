@@ -93,7 +93,14 @@ def _explicit_rk_looped(tab, model, t, q, u, h):
         dq, du, _ = f._engine_derivatives(model, t + row[ns] * h, qi, ui)
         return (kq.at[i].set(dq), ku.at[i].set(du)), None
 
-    zeros = (jnp.zeros((ns,) + q.shape, q.dtype), jnp.zeros((ns,) + u.shape, u.dtype))
+    # The stage slopes start as zeros that DEPEND on q and u: under jax.vmap and jax.jvp the
+    # scan's carry is then batched and has tangents from the first pass, so JAX's fixpoint over
+    # the carry (loops.py, _scan_batching_rule / _scan_jvp) traces the right-hand side once
+    # instead of twice. Measured (double pendulum, 20-step rollout, alternating A/B runs on a
+    # noisy 2-core machine): tracing a vmapped jvp 6.6-7.7 → 4.6-5.0 s, a grad 6.4-10.6 →
+    # 4.8-8.7 s (every pair faster, median about 0.75x). 0 · q is 0 for any finite state; a
+    # non-finite one fails the step anyway.
+    zeros = (jnp.zeros((ns,) + q.shape, q.dtype) * q, jnp.zeros((ns,) + u.shape, u.dtype) * u)
     (kq, ku), _ = jax.lax.scan(stage, zeros, jnp.arange(ns))
     b = jnp.asarray(tab.b, q.dtype).reshape((ns,) + (1,) * q.ndim)
     return t + h, q + h * jnp.sum(b * kq, axis=0), u + h * jnp.sum(b * ku, axis=0), _ok(t)
