@@ -88,8 +88,11 @@ def arm6():
     return rbjax.Model(bodies, joints=joints, forces=motors, gravity=GRAVITY), _state(q0)
 
 
-def walker():
-    """22 bodies, 21 tree joints and one loop (the bar between the front feet)."""
+def walker_parts():
+    """The walker as data, shared by :func:`walker` and :func:`walker_mjcf`: body names,
+    positions (identity orientations) and masses, the tree joints (parent, child, kind, point,
+    pins) with kind "revolute" (one pin) or "universal" (body i's pin, then body j's), and the
+    loop: the bar on a ball joint at each front foot (foot, bar, point) twice."""
     pos = [[0.0, 0.0, 1.0], [0.45, 0.0, 1.15], [0.6, 0.0, 1.25], [-0.5, 0.0, 1.0]]
     pos += [[-0.7, 0.0, 1.0]]
     names = ["torso", "neck", "head", "tail1", "tail2"]
@@ -104,32 +107,42 @@ def walker():
     bar = len(pos)
     pos.append([0.4, 0.0, 0.2])
     names.append("bar")
-    q0 = _q(pos)
     masses = [10.0, 1.0, 1.5, 0.5, 0.3] + [1.0, 2.0, 1.0, 0.3] * 4 + [0.4]
+    x, y, z = [1, 0, 0], [0, 1, 0], [0, 0, 1]
+    tree = [
+        (0, 1, "revolute", [0.4, 0.0, 1.1], [y]),
+        (1, 2, "revolute", [0.55, 0.0, 1.2], [z]),
+        (0, 3, "universal", [-0.4, 0.0, 1.0], [y, z]),
+        (3, 4, "revolute", [-0.6, 0.0, 1.0], [z]),
+    ]
+    for k in legs:
+        px, py = pos[k][0], pos[k][1]
+        tree += [
+            (0, k, "revolute", [px, py, 1.0], [x]),
+            (k, k + 1, "revolute", [px, py, 0.9], [y]),
+            (k + 1, k + 2, "revolute", [px, py, 0.6], [y]),
+            (k + 2, k + 3, "universal", [px, py, 0.3], [y, x]),
+        ]
+    loop = [(front[0], bar, [0.4, 0.2, 0.2]), (front[1], bar, [0.4, -0.2, 0.2])]
+    return names, np.asarray(pos), masses, tree, loop
+
+
+def walker():
+    """22 bodies, 21 tree joints and one loop (the bar between the front feet)."""
+    names, pos, masses, tree, loop = walker_parts()
+    q0 = _q(pos)
     bodies = [
         rbjax.Body(m, m * np.diag([0.02, 0.03, 0.02]), name=n)
         for m, n in zip(masses, names, strict=True)
     ]
-    R = rbjax.Revolute.at
-    joints = [
-        R(q0, 0, 1, point=[0.4, 0.0, 1.1], axis=[0, 1, 0]),
-        R(q0, 1, 2, point=[0.55, 0.0, 1.2], axis=[0, 0, 1]),
-        rbjax.Universal.at(q0, 0, 3, point=[-0.4, 0.0, 1.0], axis=[0, 1, 0], x=[0, 0, 1]),
-        R(q0, 3, 4, point=[-0.6, 0.0, 1.0], axis=[0, 0, 1]),
-    ]
-    for k in legs:
-        x, y = pos[k][0], pos[k][1]
-        joints += [
-            R(q0, 0, k, point=[x, y, 1.0], axis=[1, 0, 0]),
-            R(q0, k, k + 1, point=[x, y, 0.9], axis=[0, 1, 0]),
-            R(q0, k + 1, k + 2, point=[x, y, 0.6], axis=[0, 1, 0]),
-            rbjax.Universal.at(q0, k + 2, k + 3, point=[x, y, 0.3], axis=[0, 1, 0], x=[1, 0, 0]),
-        ]
+    joints = []
+    for i, j, kind, point, pins in tree:
+        if kind == "revolute":
+            joints.append(rbjax.Revolute.at(q0, i, j, point=point, axis=pins[0]))
+        else:
+            joints.append(rbjax.Universal.at(q0, i, j, point=point, axis=pins[0], x=pins[1]))
     # the bar: one end on each front foot (ball joints) closes a loop through the torso
-    joints += [
-        rbjax.Spherical.at(q0, front[0], bar, point=[0.4, 0.2, 0.2]),
-        rbjax.Spherical.at(q0, front[1], bar, point=[0.4, -0.2, 0.2]),
-    ]
+    joints += [rbjax.Spherical.at(q0, i, j, point=point) for i, j, point in loop]
     state = rbjax.make_state(
         position=q0[:, :3], quaternion=q0[:, 3:], omega_body=np.zeros((len(pos), 3))
     )
@@ -177,6 +190,87 @@ def fourbars(k: int):
         position=q0[:, :3], quaternion=q0[:, 3:], velocity=vel, omega_body=omega
     )
     return model, rbjax.assemble(model, state)
+
+
+# ---- the same mechanisms for MuJoCo (benchmarks/scaling.py): MJCF with contacts off, RK4,
+# dt = 1e-3. MuJoCo works in joint coordinates, so each rbjax joint becomes the joints of one
+# child body (a universal joint two hinges, a spherical joint a ball) and the walker's loop an
+# equality ``connect`` (a soft constraint in MuJoCo, exact in rbjax).
+
+
+def _mj(world: str, extra: str = "", gravity: str = "0 0 -9.81") -> str:
+    return (
+        f'<mujoco>\n  <option timestep="0.001" integrator="RK4" gravity="{gravity}">\n'
+        '    <flag contact="disable"/>\n  </option>\n'
+        f"  <worldbody>\n    {world}\n  </worldbody>\n{extra}</mujoco>\n"
+    )
+
+
+def _v(x) -> str:
+    return " ".join(f"{float(c):.12g}" for c in x)
+
+
+def pendulum_mjcf(n: int) -> str:
+    """MJCF of ``pendulum_<n>``: nested rods, each hinged about y at its parent's tip."""
+    inertial = f'<inertial pos="0.5 0 0" mass="1" diaginertia="{_v(np.diag(ROD_I))}"/>'
+    body = ""
+    for k in reversed(range(n)):
+        pos = "0 0 0" if k == 0 else "1 0 0"
+        body = (
+            f'<body name="rod{k + 1}" pos="{pos}"><joint type="hinge" axis="0 1 0"/>'
+            f"{inertial}{body}</body>"
+        )
+    return _mj(body)
+
+
+def walker_mjcf() -> str:
+    """MJCF of ``walker``: the same bodies, masses, inertias, joint points and pins; the torso
+    floats (free joint), the bar hangs from the first front foot (ball joint) and an equality
+    connects it to the second."""
+    names, pos, masses, tree, loop = walker_parts()
+    (foot, bar, point), (foot2, _, point2) = loop
+    parent_of = {j: (i, kind, point, pins) for i, j, kind, point, pins in tree}
+    parent_of[bar] = (foot, "ball", point, [])
+    children: dict[int, list[int]] = {}
+    for j, (i, *_) in parent_of.items():
+        children.setdefault(i, []).append(j)
+
+    def emit(b, origin):
+        m = masses[b]
+        out = (
+            f'<body name="{names[b]}" pos="{_v(pos[b] - origin)}">'
+            f'<inertial pos="0 0 0" mass="{m:.12g}" diaginertia="{_v(m * np.array([0.02, 0.03, 0.02]))}"/>'
+        )
+        if b not in parent_of:
+            out += "<freejoint/>"
+        else:
+            _, kind, at, pins = parent_of[b]
+            rel = _v(np.asarray(at) - pos[b])
+            if kind == "ball":
+                out += f'<joint type="ball" pos="{rel}"/>'
+            for pin in pins:  # a universal joint: body i's pin, then body j's
+                out += f'<joint type="hinge" pos="{rel}" axis="{_v(pin)}"/>'
+        for c in sorted(children.get(b, [])):
+            out += emit(c, pos[b])
+        return out + "</body>"
+
+    eq = (
+        f'<equality><connect body1="{names[bar]}" body2="{names[foot2]}" '
+        f'anchor="{_v(np.asarray(point2) - pos[bar])}"/></equality>'
+    )
+    return _mj(emit(0, np.zeros(3)), f"  {eq}\n")
+
+
+def mjcf(name: str) -> str:
+    """MJCF of a model of :func:`build` that MuJoCo can run side by side."""
+    if name == "free_body":  # I = diag(1, 2, 3), no gravity
+        body = '<body><freejoint/><inertial pos="0 0 0" mass="1" diaginertia="1 2 3"/></body>'
+        return _mj(body, gravity="0 0 0")
+    if name == "walker":
+        return walker_mjcf()
+    if name.startswith("pendulum_"):
+        return pendulum_mjcf(int(name.split("_")[1]))
+    raise ValueError(f"no MJCF for {name!r}")
 
 
 def build(name: str):
