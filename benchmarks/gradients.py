@@ -81,6 +81,11 @@ def problem(name: str, batch: int):
         rng = np.random.default_rng(0)
         w = np.array([0.01, 5.0, 0.0]) + 1e-3 * rng.standard_normal((batch, 1, 3))
         return model, rbjax.make_state(omega_body=w)
+    if name == "arm6":  # the 6-joint arm with PD motors of benchmarks/models.py, B copies
+        import models
+
+        model, state = models.build("arm6")
+        return model, jax.tree.map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), state)
     model = dp.model()
     states = [dp.initial_state(np.pi / 2 + 0.1 * k / batch, np.pi / 2) for k in range(batch)]
     return model, jax.tree.map(lambda *x: jnp.stack(x), *states)
@@ -335,6 +340,97 @@ def reference_table(records) -> str:
     return "\n".join(lines)
 
 
+def mjx_case(name, batch, steps, repeats):
+    """The same loss in MJX (MuJoCo's JAX engine): RK4 ``mjx.step`` under ``lax.scan`` (no
+    checkpointing: MJX has none of its own), ``jax.vmap`` over the batch; the sum of squares
+    of the final qpos and qvel, differentiated with respect to the initial qpos and qvel and
+    the model's body masses and inertias (shared by the batch, as in the rbjax rows). Records
+    eval and rev (``jax.value_and_grad``) like :func:`cost_case`; [] without ``mujoco``."""
+    try:
+        import mujoco
+        from mujoco import mjx
+    except ImportError:
+        return []
+    import models  # the MJCF twins of the benchmark models
+
+    m = mujoco.MjModel.from_xml_string(
+        models.mjcf("free_body" if name == "free_body" else "pendulum_2")
+    )
+    mx = mjx.put_model(m)
+    d0 = mjx.make_data(mx)
+    rng = np.random.default_rng(0)
+    qpos = np.tile(np.asarray(m.qpos0, float), (batch, 1))
+    qvel = np.zeros((batch, m.nv))
+    if name == "free_body":  # ω ≈ (0.01, 5, 0) in body axes, as problem("free_body")
+        qvel[:, 3:] = np.array([0.01, 5.0, 0.0]) + 1e-3 * rng.standard_normal((batch, 3))
+    else:  # released near horizontal, slightly different systems
+        qpos[:, 0] = 0.1 * np.arange(batch) / batch
+
+    def loss(qpos, qvel, mass, inertia):
+        mm = mx.replace(body_mass=mass, body_inertia=inertia)
+
+        def one(qp, qv):
+            d = d0.replace(qpos=qp, qvel=qv)
+            d, _ = jax.lax.scan(lambda d, _: (mjx.step(mm, d), None), d, length=steps)
+            return jnp.sum(d.qpos**2) + jnp.sum(d.qvel**2)
+
+        return jnp.sum(jax.vmap(one)(qpos, qvel))
+
+    args = (jnp.asarray(qpos), jnp.asarray(qvel), mx.body_mass, mx.body_inertia)
+    base = {
+        "part": "mjx",
+        "problem": name,
+        "integrator": "RK4",
+        "formulation": "MJX (joint coordinates)",
+        "dtype": str(args[0].dtype),
+        "batch": batch,
+        "steps": steps,
+        "dt": 1e-3,
+    }
+    out = {}
+    for mode, fn in (("eval", loss), ("rev", jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))):
+        rec = dict(base, mode=mode)
+        try:
+            rec["compile_s"], rec["run_s"], rec["temp_bytes"] = measure(fn, args, repeats)
+        except Exception as e:  # MJX versions drift; report instead of failing the benchmark
+            msg = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            rec.update(compile_s=float("nan"), run_s=float("nan"), temp_bytes=-1, error=msg)
+        out[mode] = rec
+    if "error" not in out["rev"] and "error" not in out["eval"]:
+        out["rev"]["rev_over_eval"] = out["rev"]["run_s"] / out["eval"]["run_s"]
+    return list(out.values())
+
+
+def mjx_table(records) -> str:
+    """MJX's gradient cost next to rbjax's RK4 rows of the same problem and batch."""
+    rows = [r for r in records if r["part"] == "mjx"]
+    ours = {
+        (r["problem"], r["batch"]): r
+        for r in records
+        if r["part"] == "cost" and r["integrator"] == "RK4" and r["mode"] == "rev"
+    }
+    lines = [
+        "| problem | B | MJX eval s | MJX rev s | MJX rev/eval | MJX compile s eval / rev | "
+        "rbjax RK4 rev/eval | rbjax rev s / MJX rev s |",
+        "|" + "---|" * 8,
+    ]
+    for k, group in _groups(rows, lambda r: (r["problem"], r["batch"])):
+        by = {r["mode"]: r for r in group}
+        ev, rev = by["eval"], by["rev"]
+        if "error" in rev or "error" in ev:
+            lines.append(f"| {k[0]} | {k[1]} | failed: {(rev.get('error') or ev['error'])[:90]} |")
+            continue
+        o = ours.get(k)
+        mine = f"{o['rev_over_eval']:.1f}" if o and "rev_over_eval" in o else "–"
+        speed = f"{o['run_s'] / rev['run_s']:.2f}" if o and "error" not in o else "–"
+        lines.append(
+            f"| {k[0]} | {k[1]} | {ev['run_s']:.3g} | {rev['run_s']:.3g} | "
+            f"**{rev['rev_over_eval']:.1f}** | {ev['compile_s']:.1f} / {rev['compile_s']:.1f} | "
+            f"{mine} | {speed} |"
+        )
+    return "\n".join(lines)
+
+
 def sweep_case(name, steps, save_every, checkpoint, repeats):
     """Reverse mode (value_and_grad) of one system over ``steps`` steps: memory and time."""
     model, state = problem(name, 1)
@@ -461,21 +557,32 @@ def main(argv=None):
     )
     p.add_argument("--no-cost", action="store_true", help="skip the rev/fwd cost part")
     p.add_argument(
+        "--mjx",
+        action="store_true",
+        help="add MJX's gradient of the same loss (RK4 problems and batches; needs mujoco-mjx)",
+    )
+    p.add_argument(
         "--no-reference", action="store_true", help="skip the plain-JAX reference programs"
     )
     p.add_argument(
-        "--problems", default="free_body,double_pendulum", help="subset of the two problems"
+        "--problems",
+        default="free_body,double_pendulum",
+        help="subset of free_body, double_pendulum and arm6 (the 6-joint arm with PD motors)",
     )
     args = p.parse_args(argv)
     if args.table:
         with open(args.table) as fh:
             records = json.load(fh)
-        print(cost_table(records) + "\n\n" + reference_table(records))
+        print(cost_table(records) + "\n\n" + mjx_table(records) + "\n\n" + reference_table(records))
         print("\n" + sweep_table(records))
         return records
     batches = [int(b) for b in args.batches.split(",")]
     horizons = [int(h) for h in args.horizons.split(",")]
-    steps = {"free_body": args.steps_free, "double_pendulum": args.steps_pendulum}
+    steps = {
+        "free_body": args.steps_free,
+        "double_pendulum": args.steps_pendulum,
+        "arm6": args.steps_pendulum,
+    }
     problems = {k: steps[k] for k in args.problems.split(",")}
     integrators = list(INTEGRATORS) if args.integrators is None else args.integrators.split(",")
     ck_map = {
@@ -509,6 +616,21 @@ def main(argv=None):
                     ratio = f"{r['rev_over_eval']:8.2f}" if "rev_over_eval" in r else ""
                     print(
                         f"{name:16s} {integ:18s} {b:4d} {r['mode']:5s} {r['compile_s']:9.2f} "
+                        f"{r['run_s']:9.4f} {_mb(r['temp_bytes']):>9s} {ratio}"
+                        + (f"  {r['error']}" if "error" in r else ""),
+                        flush=True,
+                    )
+    if args.mjx:
+        print("\nMJX (RK4, value_and_grad of the same loss):")
+        for name, steps in problems.items():
+            if name == "arm6":
+                continue  # no MJCF twin of the arm
+            for b in batches:
+                for r in mjx_case(name, b, steps, args.repeats):
+                    records.append(r)
+                    ratio = f"{r['rev_over_eval']:8.2f}" if "rev_over_eval" in r else ""
+                    print(
+                        f"{name:16s} {'MJX RK4':18s} {b:4d} {r['mode']:5s} {r['compile_s']:9.2f} "
                         f"{r['run_s']:9.4f} {_mb(r['temp_bytes']):>9s} {ratio}"
                         + (f"  {r['error']}" if "error" in r else ""),
                         flush=True,
@@ -550,6 +672,9 @@ def main(argv=None):
     print()
     if not args.no_cost:
         print(cost_table(records))
+    if args.mjx:
+        print()
+        print(mjx_table(records))
     if not args.no_reference:
         print()
         print(reference_table(records))

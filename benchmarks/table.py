@@ -160,6 +160,21 @@ def _machine_line(m: dict) -> str:
     )
 
 
+def _machines_line(recs) -> str:
+    """The machine line of records measured on one machine, or one line per machine (with the
+    records' note) when a partial re-run added rows from another."""
+    seen: dict = {}
+    for r in recs:
+        m = r.get("machine", {})
+        seen.setdefault(_machine_line(m), r.get("note", ""))
+    if len(seen) == 1:
+        return next(iter(seen))
+    return " ".join(
+        f"{line[:-1]}{f' ({note})' if note else ' (the other rows)'}."
+        for line, note in seen.items()
+    )
+
+
 def _results(name: str):
     """The parsed benchmarks/results/<name>, or None when that benchmark has not been run."""
     path = HERE / "results" / name
@@ -183,13 +198,19 @@ def readme() -> str:
             "and the inertias (`jax.value_and_grad`, rev) against the forward rollout (eval) and "
             "one `jax.jvp` (fwd); float64, each run pinned to one core.",
             gradients.cost_table(recs),
+        ]
+        if any(r["part"] == "mjx" for r in recs):
+            parts += [
+                "### MJX's gradient of the same loss (RK4, `--mjx`, measured in the same run)",
+                gradients.mjx_table(recs),
+            ]
+        parts += [
             "### A plain-JAX reference program (the same free-body loss without rbjax)",
             gradients.reference_table(recs),
             "### Checkpointing: reverse-mode memory and time against the horizon (RK4, B = 1)",
             gradients.sweep_table(recs),
         ]
-        m = recs[0].get("machine", {})
-        parts.append(_machine_line(m))
+        parts.append(_machines_line(recs))
     if (recs := _results("adapter.json")) is not None:
         m = recs[0].get("machine", {})
         parts += [
@@ -225,6 +246,25 @@ def readme() -> str:
             "Cholesky, by the block Cholesky of S (unrolled up to 80 rows, batched LAPACK calls "
             "above) and by the elimination along the joint graph (a `lax.scan` over the levels "
             "of the spanning tree). Compile seconds and the median run time per step.",
+            elimination.table(data["records"]),
+            f"Machine: {data['meta']['machine']}, JAX {data['meta'].get('jax', '?')}, "
+            f"Python {data['meta']['python']}. " + data["meta"].get("note", ""),
+        ]
+    if (data := _results("scaling.json")) is not None:
+        import elimination
+
+        parts += [
+            "## Cost against the size of the mechanism, next to MuJoCo C",
+            "`python benchmarks/elimination.py --links 4,8,16,32,64,128,256 --models walker "
+            "--batches 64,1024 --methods auto,mujoco --devices 2 --steps 10 --linkage 40,20 "
+            "--json benchmarks/results/scaling.json` (issue 14 §2): N-link chains and the walker "
+            "(`benchmarks/models.py`, 22 bodies, one loop) in rbjax (RK4, the solver rbjax "
+            "chooses; at B = 1024 the batch split over 2 host CPU devices, one per core) and "
+            "the same mechanisms in MuJoCo C (`models.mjcf`: joint coordinates, RK4, "
+            "`mujoco.rollout` on 2 threads; the walker's loop as an equality), one fresh process "
+            "per row, dt = 1e-3, float64; the fitted exponent p of the cost per system-step "
+            "against N; and the 40-four-bar linkage under `Projected(RK4)` for 20 s of simulated "
+            "time (wall time including compile, largest joint residual over the run).",
             elimination.table(data["records"]),
             f"Machine: {data['meta']['machine']}, JAX {data['meta'].get('jax', '?')}, "
             f"Python {data['meta']['python']}. " + data["meta"].get("note", ""),
