@@ -8,13 +8,16 @@
   motor on every joint: a rotational spring-damper k = 50 N m/rad, c = 2 N m s/rad towards a
   set point 0.1 rad off the start.
 - ``walker``: a floating legged walker of 22 bodies: torso, neck and head, a two-segment tail,
-  four legs of hip, thigh, shin and foot (spherical hips, revolute knees and ankles, universal
-  hip yaw-pitch pairs), and a bar held by the two front feet on spherical joints, which closes
-  one loop through the torso.
+  four legs of hip, thigh, shin and foot (revolute hips about x, revolute thighs and shins
+  about y, universal ankles), and a bar held by the two front feet on spherical joints, which
+  closes one loop through the torso.
 - ``fourbars_<K>``: a planar linkage of K four-bar loops in series (2K + 1 bodies): a crank on a
   ground hinge, then per loop a coupler (spherical to the previous rocker, universal to the
   next, its pins the coupler's in-plane normal and the hinge direction) and a rocker on a ground hinge; 5 + 12 K joint rows, one degree of freedom. Rockers
   hang down with alternating lengths (no parallelogram, no change point) and start swinging.
+
+``mjcf(name)`` writes the MJCF twin of ``free_body``, ``pendulum_<N>`` and ``walker`` for the
+side-by-sides with MuJoCo C and MJX.
 """
 
 from __future__ import annotations
@@ -192,10 +195,10 @@ def fourbars(k: int):
     return model, rbjax.assemble(model, state)
 
 
-# ---- the same mechanisms for MuJoCo (benchmarks/scaling.py): MJCF with contacts off, RK4,
-# dt = 1e-3. MuJoCo works in joint coordinates, so each rbjax joint becomes the joints of one
-# child body (a universal joint two hinges, a spherical joint a ball) and the walker's loop an
-# equality ``connect`` (a soft constraint in MuJoCo, exact in rbjax).
+# ---- the same mechanisms for MuJoCo (benchmarks/elimination.py, gradients.py --mjx): MJCF,
+# contacts off, RK4, dt = 1e-3. MuJoCo works in joint coordinates: each rbjax joint becomes
+# the joints of one child body (a universal joint two hinges, a spherical joint a ball) and
+# the walker's loop an equality ``connect`` (a soft constraint in MuJoCo, exact in rbjax).
 
 
 def _mj(world: str, extra: str = "", gravity: str = "0 0 -9.81") -> str:
