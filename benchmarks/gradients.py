@@ -455,6 +455,17 @@ def sweep_case(name, steps, save_every, checkpoint, repeats):
     }
 
 
+def _print_row(name, integ, batch, r):
+    """One progress line of a cost record (rbjax or MJX)."""
+    ratio = f"{r['rev_over_eval']:8.2f}" if "rev_over_eval" in r else ""
+    print(
+        f"{name:16s} {integ:18s} {batch:4d} {r['mode']:5s} {r['compile_s']:9.2f} "
+        f"{r['run_s']:9.4f} {_mb(r['temp_bytes']):>9s} {ratio}"
+        + (f"  {r['error']}" if "error" in r else ""),
+        flush=True,
+    )
+
+
 def _mb(b):
     return f"{b / 1e6:.3g}" if b >= 0 else "–"
 
@@ -613,13 +624,7 @@ def main(argv=None):
             for b in batches:
                 for r in cost_case(name, integ, b, steps, args.repeats, checkpoints):
                     records.append(r)
-                    ratio = f"{r['rev_over_eval']:8.2f}" if "rev_over_eval" in r else ""
-                    print(
-                        f"{name:16s} {integ:18s} {b:4d} {r['mode']:5s} {r['compile_s']:9.2f} "
-                        f"{r['run_s']:9.4f} {_mb(r['temp_bytes']):>9s} {ratio}"
-                        + (f"  {r['error']}" if "error" in r else ""),
-                        flush=True,
-                    )
+                    _print_row(name, integ, b, r)
     if args.mjx:
         print("\nMJX (RK4, value_and_grad of the same loss):")
         for name, steps in problems.items():
@@ -628,13 +633,7 @@ def main(argv=None):
             for b in batches:
                 for r in mjx_case(name, b, steps, args.repeats):
                     records.append(r)
-                    ratio = f"{r['rev_over_eval']:8.2f}" if "rev_over_eval" in r else ""
-                    print(
-                        f"{name:16s} {'MJX RK4':18s} {b:4d} {r['mode']:5s} {r['compile_s']:9.2f} "
-                        f"{r['run_s']:9.4f} {_mb(r['temp_bytes']):>9s} {ratio}"
-                        + (f"  {r['error']}" if "error" in r else ""),
-                        flush=True,
-                    )
+                    _print_row(name, "MJX RK4", b, r)
     if not args.no_reference:
         n_ref = 100 if args.quick else args.steps_free
         print(

@@ -160,6 +160,14 @@ def _machine_line(m: dict) -> str:
     )
 
 
+def _meta_line(meta: dict) -> str:
+    """The machine line of a results file written by ``free_body.write_run``."""
+    return (
+        f"Machine: {meta['machine']}, JAX {meta.get('jax', '?')}, Python {meta['python']}. "
+        + meta.get("note", "")
+    ).rstrip()
+
+
 def _machines_line(recs) -> str:
     """The machine line of records measured on one machine, or one line per machine (with the
     records' note) when a partial re-run added rows from another."""
@@ -247,8 +255,7 @@ def readme() -> str:
             "above) and by the elimination along the joint graph (a `lax.scan` over the levels "
             "of the spanning tree). Compile seconds and the median run time per step.",
             elimination.table(data["records"]),
-            f"Machine: {data['meta']['machine']}, JAX {data['meta'].get('jax', '?')}, "
-            f"Python {data['meta']['python']}. " + data["meta"].get("note", ""),
+            _meta_line(data["meta"]),
         ]
     if (data := _results("scaling.json")) is not None:
         import elimination
@@ -266,8 +273,7 @@ def readme() -> str:
             "against N; and the 40-four-bar linkage under `Projected(RK4)` for 20 s of simulated "
             "time (wall time including compile, largest joint residual over the run).",
             elimination.table(data["records"]),
-            f"Machine: {data['meta']['machine']}, JAX {data['meta'].get('jax', '?')}, "
-            f"Python {data['meta']['python']}. " + data["meta"].get("note", ""),
+            _meta_line(data["meta"]),
         ]
     if (data := _results("implicit.json")) is not None:
         import implicit
@@ -280,8 +286,7 @@ def readme() -> str:
             "before issue 14; only up to 100 unknowns) and RK4 for scale, dt = 1e-3, float64, "
             "in one process; the largest joint residual after the run.",
             implicit.table(data["records"]),
-            f"Machine: {data['meta']['machine']}, JAX {data['meta'].get('jax', '?')}, "
-            f"Python {data['meta']['python']}.",
+            _meta_line(data["meta"]),
         ]
     if (recs := _results("solvers.json")) is not None:
         import solvers
