@@ -170,16 +170,14 @@ def _meta_line(meta: dict) -> str:
 
 def _machines_line(recs) -> str:
     """The machine line of records measured on one machine, or one line per machine (with the
-    records' note) when a partial re-run added rows from another."""
-    seen: dict = {}
-    for r in recs:
-        m = r.get("machine", {})
-        seen.setdefault(_machine_line(m), r.get("note", ""))
+    records' note) when partial re-runs added rows (from another machine, or noted)."""
+    seen = list(
+        dict.fromkeys((_machine_line(r.get("machine", {})), r.get("note", "")) for r in recs)
+    )
     if len(seen) == 1:
-        return next(iter(seen))
+        return seen[0][0]
     return " ".join(
-        f"{line[:-1]}{f' ({note})' if note else ' (the other rows)'}."
-        for line, note in seen.items()
+        f"{line[:-1]}{f' ({note})' if note else ' (the other rows)'}." for line, note in seen
     )
 
 
@@ -273,6 +271,29 @@ def readme() -> str:
             "against N; and the 40-four-bar linkage under `Projected(RK4)` for 20 s of simulated "
             "time (wall time including compile, largest joint residual over the run).",
             elimination.table(data["records"]),
+            _meta_line(data["meta"]),
+        ]
+    if (data := _results("gpu.json")) is not None:
+        import elimination
+
+        grads = "\n".join(
+            f"| {g['problem']} | {g['integrator']} | {g['batch']} | {g['mode']} | "
+            f"{g['compile_s']:.1f} | {g['run_s']:.3f} | {g.get('rev_over_eval', float('nan')):.1f} |"
+            for g in data["gradients"]
+        ).replace("| nan |", "| — |")
+        parts += [
+            "## On a GPU",
+            "The rows above on one GPU, rbjax on the device and MuJoCo C on the host's cores in "
+            "the same run (`elimination.py --methods auto,mujoco`, `gradients.py --problems "
+            "double_pendulum --integrators RK4`). rbjax's step is a sequence of small kernels "
+            "(component arithmetic, one LAPACK-sized solve per joint block): at these batches "
+            "the GPU runs it launch-bound, slower per system-step than MuJoCo C on 16 cores.",
+            elimination.table(data["records"]),
+            "| problem | integrator | B | mode | compile s | run s | rev/eval |\n"
+            "|---|---|---|---|---|---|---|\n" + grads,
+            "Not measured (the session's device time ran out): "
+            + "; ".join(data["unfinished"])
+            + ".",
             _meta_line(data["meta"]),
         ]
     if (data := _results("implicit.json")) is not None:
