@@ -16,8 +16,9 @@ Every product with W̃ works on the stacked rows of :class:`~rbjax._engine.joint
 bodies' vectors per side, W̃ᵀλ one scatter-add onto the bodies. The program therefore has the
 same size for 2 or 256 joints; only the factorisation of S depends on the joint graph:
 
-* "dense": S assembled from four masked products of the stacked rows and factored by one LAPACK
-  Cholesky (small systems in small batches, and the one-shot analyses);
+* "dense": S assembled from four masked products of the stacked rows (from per-joint blocks up
+  to DENSE_UNROLL_MAX_ROWS) and factored by one LAPACK Cholesky (small systems in small
+  batches, and the one-shot analyses);
 * "tree": the elimination along the joint graph (rbjax/_engine/elimination.py), a ``lax.scan``
   over the levels of the spanning tree, loops closed by a Schur complement on their rows;
 * "block": the block-sparse Cholesky of S (rbjax/_engine/blockchol.py), unrolled joint by joint
@@ -34,6 +35,8 @@ import numpy as np
 from .blockchol import (
     DENSE_MAX_BATCH,
     UNROLL_MAX_ROWS,
+    dense_factor,
+    dense_solve,
     factor,
     mm_t,
     prefers_dense,
@@ -51,6 +54,15 @@ FORCE_METHOD: str | None = None
 # Cholesky of S (which exploits the loops' sparsity) is used instead.
 TREE_MAX_CLOSURES = 4
 
+# Up to this many joint equations the dense Cholesky (small batches) assembles S from per-joint
+# blocks and forms W̃v, W̃ᵀλ and M⁻¹W̃ᵀλ joint by joint, as the block solver does. On the
+# stacked rows (gathers, four masked products) the RK4 step at B = 1 ran 1.55x slower for the
+# double pendulum (10 rows) and 1.34x for the 4-link chain (20 rows), paired in one process
+# (40 alternating calls), compiling as fast. The arm (30 rows) and the 8-link chain (40) gain
+# 1.3x and 1.2x per step but compile 35-55 % longer (5.4-5.8 against 7.4-7.6 s and 4.6-5.0
+# against 7.3-7.6 s): above this size the stacked forms keep the program flat.
+DENSE_UNROLL_MAX_ROWS = 20
+
 
 def method(topology, rows: int, batch: int) -> str:
     """How S λ = r is solved for ``rows`` joint equations and ``batch`` systems per call:
@@ -59,9 +71,10 @@ def method(topology, rows: int, batch: int) -> str:
 
     Small batches are compile-bound (a rollout of a few systems runs for milliseconds and
     compiles for seconds): below DENSE_MAX_BATCH systems and up to DENSE_MAX_ROWS equations the
-    dense Cholesky on the stacked rows, whose program does not grow with the joints (16-link
-    chain, B = 1: 1.8 s to compile the rollout against 5.6 s per joint; its step runs about
-    1.3-1.5× slower, double pendulum 69 against 44 µs). Large batches are run-bound: up to
+    dense Cholesky, on the stacked rows above DENSE_UNROLL_MAX_ROWS, whose program does not
+    grow with the joints (16-link chain, B = 1: 1.8 s to compile the rollout against 5.6 s per
+    joint), with per-joint products below it (faster steps at the same compile time; see
+    DENSE_UNROLL_MAX_ROWS). Large batches are run-bound: up to
     UNROLL_MAX_ROWS equations the block Cholesky unrolled joint by joint (B = 64, 16 links: 56
     µs per system-step against 134-155 for the elimination, which compiles in 11 s against
     28 s), above it the elimination (32 links: 258 against 354 µs; 64 links: level). At
@@ -100,9 +113,11 @@ class SchurSystem:
         self.method = (
             "dense" if dense else method(model.topology, lay.n, int(np.prod(batch, dtype=int)))
         )
-        # products with W̃ joint by joint with the unrolled block Cholesky (see
-        # :meth:`_per_joint`), on the stacked rows otherwise
-        self._unrolled = self.method == "block"
+        # products with W̃ joint by joint with the unrolled block Cholesky and with the dense
+        # Cholesky of small systems (see :meth:`_per_joint`), on the stacked rows otherwise
+        self._unrolled = self.method == "block" or (
+            self.method == "dense" and lay.n <= DENSE_UNROLL_MAX_ROWS
+        )
         self._solve = None  # built on the first solve: a projection's residual needs none
 
     # -- products with W̃ on the stacked rows ---------------------------------------------------
@@ -150,7 +165,8 @@ class SchurSystem:
 
     def _per_joint(self) -> list:
         """Per joint its rows (a slice) and its non-ground sides [(side, body)]. With the block
-        Cholesky, whose program is unrolled joint by joint anyway, W̃ v, W̃ᵀλ and M⁻¹W̃ᵀ
+        Cholesky, whose program is unrolled joint by joint anyway (and the dense Cholesky of
+        the smallest systems, DENSE_UNROLL_MAX_ROWS), W̃ v, W̃ᵀλ and M⁻¹W̃ᵀ
         (:meth:`_minv_joint`) are unrolled the same way, with static bodies: the stacked forms
         (gathers of the bodies' vectors and of their inertias per row) made the small batched
         systems about 1.3× slower (double pendulum and slider-crank at B = 64, RK4; the
@@ -252,7 +268,13 @@ class SchurSystem:
         trace, outside any solve)."""
         if self._solve is not None:
             return self._solve
-        if self.method == "dense":
+        if self.method == "dense" and self._unrolled:
+            chol = dense_factor(self._blocks(), self.terms.rows)
+
+            def solve(r):
+                return jnp.concatenate(dense_solve(chol, self.terms.split(r)), axis=0)
+
+        elif self.method == "dense":
             S = jnp.moveaxis(self.assemble(), (0, 1), (-2, -1))
             chol = jax.scipy.linalg.cho_factor(S, lower=True)
 
