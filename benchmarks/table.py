@@ -207,7 +207,8 @@ def readme() -> str:
         ]
         if any(r["part"] == "mjx" for r in recs):
             parts += [
-                "### MJX's gradient of the same loss (RK4, `--mjx`, measured in the same run)",
+                "### MJX's gradient of the same loss (RK4, `--mjx`, measured in the same run as the "
+                "rbjax rows unless their note below says otherwise)",
                 gradients.mjx_table(recs),
             ]
         parts += [
