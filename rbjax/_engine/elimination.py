@@ -128,7 +128,7 @@ class Schedule:
         self.topology_bodies = jb
         # Row maps between the per-joint vectors (concatenated in joint order, R rows, index R
         # reading 0) and the tree layout (m, nb) / the loop-closure rows (nc,).
-        off = [int(o) for o in np.cumsum((0,) + tuple(rows))]
+        off = list(topology.row_offsets)
         self.row_offsets = off
         R = int(off[-1])
         self.tree_index = np.full((self.m, nb), R, int)

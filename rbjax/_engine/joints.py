@@ -109,7 +109,7 @@ class RowLayout:
 
     def __init__(self, topology):
         nb, rows = topology.nb, tuple(topology.joint_rows)
-        off = np.cumsum((0,) + rows).astype(int)
+        off = np.asarray(topology.row_offsets, int)
         self.offsets, self.n = off, int(off[-1])
         joint = np.repeat(np.arange(len(rows), dtype=int), rows)
         ext = lambda b: nb if b == GROUND else b  # noqa: E731
