@@ -56,32 +56,8 @@ jax.config.update("jax_enable_x64", True)
 import rbjax  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402  (the benchmarks' mechanisms and their MJCF twins)
 from free_body import write_records  # noqa: E402
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-import slider_crank as slider_crank_example  # noqa: E402
-
-ROD_I = np.diag([1e-3, 1.0 / 12.0, 1.0 / 12.0])
-
-
-def chain(n: int):
-    """N-link pendulum of 1 kg, 1 m rods along x, hinges about world y (rbjax model, state)."""
-    q0 = np.array([[k + 0.5, 0, 0, 1, 0, 0, 0] for k in range(n)], float)
-    bodies = [rbjax.Body(1.0, ROD_I, name=f"rod{k + 1}") for k in range(n)]
-    joints = [
-        rbjax.Revolute.at(q0, k - 1 if k else rbjax.GROUND, k, point=[k, 0, 0], axis=[0, 1, 0])
-        for k in range(n)
-    ]
-    state = rbjax.make_state(position=q0[:, :3], quaternion=q0[:, 3:])
-    return bodies, joints, state
-
-
-def slider_crank():
-    """The spatial slider-crank of examples/slider_crank.py (without its motor), crank torque
-    2 N m."""
-    bodies, joints, _, state = slider_crank_example.mechanism()
-    return bodies, joints, [rbjax.BodyTorque(0, [0.0, 0.0, 2.0])], state
-
 
 INTEGRATORS = {
     "RK4": lambda: rbjax.RK4(),
@@ -116,18 +92,10 @@ def _time(call, repeats):
 def rbjax_case(problem, integrator, formulation, batch, steps, repeats, n_links=2, devices=1):
     """One rbjax row. ``devices`` > 1 splits the batch over that many host CPU devices (one per
     core) with ``eqx.filter_pmap``: the way a user runs a batch on all cores."""
-    if problem == "slider_crank":
-        bodies, joints, forces, state = slider_crank()
-    else:
-        bodies, joints, state = chain(n_links)
-        forces = []
-    model = rbjax.Model(
-        bodies,
-        joints=joints,
-        forces=forces,
-        gravity=[0, 0, -9.81],
-        formulation=FORMULATIONS[formulation](),
+    model, state = models.build(
+        "slider_crank" if problem == "slider_crank" else f"pendulum_{n_links}"
     )
+    model = eqx.tree_at(lambda m: m.formulation, model, FORMULATIONS[formulation]())
     state = jax.tree.map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), state)
     integ = INTEGRATORS[integrator]()
     dt = jnp.asarray(1e-3)
@@ -158,7 +126,7 @@ def rbjax_case(problem, integrator, formulation, batch, steps, repeats, n_links=
 
     tr, compile_s, run_s, reps = _time(call, repeats)
     assert np.all(np.isfinite(np.asarray(tr.q))), "non-finite result"
-    nb = len(bodies)
+    nb = model.nb
     return {
         "engine": "rbjax",
         "problem": problem if problem == "slider_crank" else f"pendulum_{n_links}",
@@ -176,25 +144,6 @@ def rbjax_case(problem, integrator, formulation, batch, steps, repeats, n_links=
         "repeats": reps,
         "devices": devices,
     }, tr
-
-
-MJCF = """
-<mujoco>
-  <option timestep="0.001" integrator="RK4" gravity="0 0 -9.81">
-    <flag contact="disable"/>
-  </option>
-  <worldbody>
-    <body name="rod1">
-      <joint name="pivot" type="hinge" axis="0 1 0"/>
-      <inertial pos="0.5 0 0" mass="1" diaginertia="0.001 0.0833333333333333 0.0833333333333333"/>
-      <body name="rod2" pos="1 0 0">
-        <joint name="elbow" type="hinge" axis="0 1 0"/>
-        <inertial pos="0.5 0 0" mass="1" diaginertia="0.001 0.0833333333333333 0.0833333333333333"/>
-      </body>
-    </body>
-  </worldbody>
-</mujoco>
-"""
 
 
 def _reduced_record(engine, dtype, batch, steps, compile_s, run_s, reps, angles):
@@ -226,7 +175,7 @@ def mujoco_cases(batch, steps, repeats):
     except ImportError:
         return None
     out = []
-    m = mujoco.MjModel.from_xml_string(MJCF)
+    m = mujoco.MjModel.from_xml_string(models.pendulum_mjcf(2))
     d = mujoco.MjData(m)
     spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
     s0 = np.zeros(mujoco.mj_stateSize(m, spec))
