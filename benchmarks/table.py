@@ -187,6 +187,36 @@ def _results(name: str):
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def _run_section(name: str, title: str, what: str, *extra) -> list:
+    """A README section of a results file written by ``free_body.write_run`` for
+    benchmarks/elimination.py (meta + records): title, description, the table, the paragraphs
+    ``extra`` make of the data, and the machine line; [] when the benchmark has not been run."""
+    if (data := _results(name)) is None:
+        return []
+    import elimination
+
+    return [
+        f"## {title}",
+        what,
+        elimination.table(data["records"]),
+        *(make(data) for make in extra),
+        _meta_line(data["meta"]),
+    ]
+
+
+def _gpu_gradients(data) -> str:
+    """The gradient rows of gpu.json as a table."""
+    rows = "\n".join(
+        f"| {g['problem']} | {g['integrator']} | {g['batch']} | {g['mode']} | "
+        f"{g['compile_s']:.1f} | {g['run_s']:.3f} | {g.get('rev_over_eval', float('nan')):.1f} |"
+        for g in data["gradients"]
+    ).replace("| nan |", "| — |")
+    return (
+        "| problem | integrator | B | mode | compile s | run s | rev/eval |\n|---|---|---|---|---|---|---|\n"
+        + rows
+    )
+
+
 def readme() -> str:
     sys.path.insert(0, str(HERE))
     import adapter  # the benchmark scripts own their table formats
@@ -243,62 +273,44 @@ def readme() -> str:
             compile_bench.table(recs),
             _machine_line(m),
         ]
-    if (data := _results("elimination.json")) is not None:
-        import elimination
-
-        parts += [
-            "## Constrained dynamics: the Schur-complement solvers",
-            "`python benchmarks/elimination.py`: N-link chains (revolute joints, 5 rows each), RK4, "
-            "dt = 1e-3, float64, one fresh process per row; the multipliers solved by one dense "
-            "Cholesky, by the block Cholesky of S (unrolled up to 80 rows, batched LAPACK calls "
-            "above) and by the elimination along the joint graph (a `lax.scan` over the levels "
-            "of the spanning tree). Compile seconds and the median run time per step.",
-            elimination.table(data["records"]),
-            _meta_line(data["meta"]),
-        ]
-    if (data := _results("scaling.json")) is not None:
-        import elimination
-
-        parts += [
-            "## Cost against the size of the mechanism, next to MuJoCo C",
-            "`python benchmarks/elimination.py --links 4,8,16,32,64,128,256 --models walker "
-            "--batches 64,1024 --methods auto,mujoco --devices 2 --steps 10 --linkage 40,20 "
-            "--json benchmarks/results/scaling.json` (issue 14 §2): N-link chains and the walker "
-            "(`benchmarks/models.py`, 22 bodies, one loop) in rbjax (RK4, the solver rbjax "
-            "chooses; at B = 1024 the batch split over 2 host CPU devices, one per core) and "
-            "the same mechanisms in MuJoCo C (`models.mjcf`: joint coordinates, RK4, "
-            "`mujoco.rollout` on 2 threads; the walker's loop as an equality), one fresh process "
-            "per row, dt = 1e-3, float64; the fitted exponent p of the cost per system-step "
-            "against N; and the 40-four-bar linkage under `Projected(RK4)` for 20 s of simulated "
-            "time (wall time including compile, largest joint residual over the run).",
-            elimination.table(data["records"]),
-            _meta_line(data["meta"]),
-        ]
-    if (data := _results("gpu.json")) is not None:
-        import elimination
-
-        grads = "\n".join(
-            f"| {g['problem']} | {g['integrator']} | {g['batch']} | {g['mode']} | "
-            f"{g['compile_s']:.1f} | {g['run_s']:.3f} | {g.get('rev_over_eval', float('nan')):.1f} |"
-            for g in data["gradients"]
-        ).replace("| nan |", "| — |")
-        parts += [
-            "## On a GPU",
-            "The rows above on one GPU, rbjax on the device and MuJoCo C on the host's cores in "
-            "the same run (`elimination.py --methods auto,mujoco`, `gradients.py --problems "
-            "double_pendulum --integrators RK4`). rbjax's step is a sequence of small kernels "
-            "(component arithmetic; for these chains the block Cholesky unrolled joint by "
-            "joint): one RK4 step of 1024 four-link chains takes 6.5 ms, launch overhead rather "
-            "than arithmetic, and per system-step rbjax on the GPU is slower than MuJoCo C on "
-            "16 cores.",
-            elimination.table(data["records"]),
-            "| problem | integrator | B | mode | compile s | run s | rev/eval |\n"
-            "|---|---|---|---|---|---|---|\n" + grads,
-            "Not measured (the session's device time ran out): "
-            + "; ".join(data["unfinished"])
-            + ".",
-            _meta_line(data["meta"]),
-        ]
+    parts += _run_section(
+        "elimination.json",
+        "Constrained dynamics: the Schur-complement solvers",
+        "`python benchmarks/elimination.py`: N-link chains (revolute joints, 5 rows each), RK4, "
+        "dt = 1e-3, float64, one fresh process per row; the multipliers solved by one dense "
+        "Cholesky, by the block Cholesky of S (unrolled up to 80 rows, batched LAPACK calls "
+        "above) and by the elimination along the joint graph (a `lax.scan` over the levels "
+        "of the spanning tree). Compile seconds and the median run time per step.",
+    )
+    parts += _run_section(
+        "scaling.json",
+        "Cost against the size of the mechanism, next to MuJoCo C",
+        "`python benchmarks/elimination.py --links 4,8,16,32,64,128,256 --models walker "
+        "--batches 64,1024 --methods auto,mujoco --devices 2 --steps 10 --linkage 40,20 "
+        "--json benchmarks/results/scaling.json` (issue 14 §2): N-link chains and the walker "
+        "(`benchmarks/models.py`, 22 bodies, one loop) in rbjax (RK4, the solver rbjax "
+        "chooses; at B = 1024 the batch split over 2 host CPU devices, one per core) and "
+        "the same mechanisms in MuJoCo C (`models.mjcf`: joint coordinates, RK4, "
+        "`mujoco.rollout` on 2 threads; the walker's loop as an equality), one fresh process "
+        "per row, dt = 1e-3, float64; the fitted exponent p of the cost per system-step "
+        "against N; and the 40-four-bar linkage under `Projected(RK4)` for 20 s of simulated "
+        "time (wall time including compile, largest joint residual over the run).",
+    )
+    parts += _run_section(
+        "gpu.json",
+        "On a GPU",
+        "The rows above on one GPU, rbjax on the device and MuJoCo C on the host's cores in "
+        "the same run (`elimination.py --methods auto,mujoco`, `gradients.py --problems "
+        "double_pendulum --integrators RK4`). rbjax's step is a sequence of small kernels "
+        "(component arithmetic; for these chains the block Cholesky unrolled joint by "
+        "joint): one RK4 step of 1024 four-link chains takes 6.5 ms, launch overhead rather "
+        "than arithmetic, and per system-step rbjax on the GPU is slower than MuJoCo C on "
+        "16 cores.",
+        _gpu_gradients,
+        lambda d: (
+            "Not measured (the session's device time ran out): " + "; ".join(d["unfinished"]) + "."
+        ),
+    )
     if (data := _results("implicit.json")) is not None:
         import implicit
 
