@@ -82,7 +82,23 @@ from ._joints import (
     TranslationDriver as TranslationDriver,
     Universal as Universal,
 )
+from ._measures import (
+    AbstractMeasure as AbstractMeasure,
+    Drift as Drift,
+    Event as Event,
+    Final as Final,
+    Maximum as Maximum,
+    Mean as Mean,
+    Minimum as Minimum,
+)
 from ._model import Model as Model
+from ._montecarlo.devices import use_cpu_cores as use_cpu_cores
+from ._montecarlo.runner import (
+    MonteCarloResult as MonteCarloResult,
+    Progress as Progress,
+    monte_carlo as monte_carlo,
+)
+from ._montecarlo.statistics import Statistics as Statistics
 from ._params import (
     LogCholeskyInertia as LogCholeskyInertia,
     Positive as Positive,

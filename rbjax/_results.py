@@ -17,6 +17,10 @@ class RESULTS(enum.IntEnum):
     successful = 0
     nonfinite = 1
     solver_failed = 2
+    # reported per sample by rbjax.monte_carlo (never by a rollout):
+    implausible = 3
+    nonfinite_measure = 4
+    invalid_sample = 5
 
     @property
     def message(self) -> str:
@@ -27,4 +31,10 @@ _MESSAGES = {
     RESULTS.successful: "",
     RESULTS.nonfinite: "the state became non-finite (NaN or inf)",
     RESULTS.solver_failed: "the implicit solver did not converge",
+    RESULTS.implausible: "a Drift monitor exceeded its limit",
+    RESULTS.nonfinite_measure: "a measure's value is not finite",
+    RESULTS.invalid_sample: (
+        "the sampled initial state violates the model (a rigid body's |A|² ≠ 1 or ν ≠ 0, or "
+        "a joint's position or velocity equations)"
+    ),
 }

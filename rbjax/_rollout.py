@@ -24,6 +24,7 @@ from ._engine.layout import to_components
 from ._engine.rollout import DEFAULT_CHUNK, chunked, integrate
 from ._errors import is_concrete, validates_inputs
 from ._integrators import RK4, AbstractIntegrator, check_dt
+from ._measures import check_measures
 from ._results import RESULTS
 from ._state import State
 
@@ -36,7 +37,9 @@ class Trajectory(eqx.Module):
     scaling multiplier of each body, then the m joint equations in ``model.joints`` order;
     ``result`` (*batch,) a :class:`rbjax.RESULTS` code per system (``RESULTS.successful``,
     ``nonfinite``: the state became non-finite, ``solver_failed``: an implicit solve failed);
-    ``failed_step`` (*batch,) the first failing step index, −1 if none.
+    ``failed_step`` (*batch,) the first failing step index, −1 if none;
+    ``measures`` (dict name -> (*batch, ...)) the values of ``rollout(..., measures=...)``
+    (rbjax/_measures.py), or None.
     """
 
     t: Float[Array, "*batch T"]
@@ -45,6 +48,7 @@ class Trajectory(eqx.Module):
     lam: Float[Array, "*batch T nm"] | None
     result: Int[Array, "*batch"]
     failed_step: Int[Array, "*batch"]
+    measures: dict[str, Array] | None = None
 
     @property
     def states(self) -> State:
@@ -132,6 +136,7 @@ def rollout(
     throw: bool = True,
     batch_chunk: int | None = None,
     checkpoint: Checkpoint | None = _EVERY_STEP,
+    measures: dict | None = None,
 ) -> Trajectory:
     """Integrate ``n_steps`` steps of size ``dt`` and save every ``save_every``-th state.
 
@@ -147,6 +152,13 @@ def rollout(
 
     ``checkpoint``: reverse-mode checkpointing, a :class:`Checkpoint` (default: every step
     recomputed in the backward pass) or ``None`` (store every step's residuals).
+
+    ``measures``: statistics computed inside the time loop without saving the trajectory, a
+    dict name -> :class:`rbjax.Final`, :class:`rbjax.Maximum`, :class:`rbjax.Minimum`,
+    :class:`rbjax.Mean`, :class:`rbjax.Drift` or :class:`rbjax.Event` (located zero
+    crossings); their values are returned in ``Trajectory.measures``. Each measure's function
+    sees ONE system: the model with that system's mass, inertia and gravity (other leaves
+    as given) and its State.
     """
     integrator = RK4() if integrator is None else integrator
     if not isinstance(integrator, AbstractIntegrator):
@@ -178,6 +190,7 @@ def rollout(
             "0 (no chunking) or None (automatic)."
         )
     interval = _checkpoint_interval(checkpoint, int(n_steps), int(save_every))
+    measures = check_measures(measures)
     # Called with concrete inputs, the compiled program carries no error check: the result code
     # is read and raised here, on the host. A program with a host callback (equinox's
     # error_if) is never stored by JAX's persistent compilation cache, so this keeps rollouts
@@ -194,6 +207,7 @@ def rollout(
         bool(throw) and traced,
         int(batch_chunk),
         interval,
+        measures,
     )
     if throw and not traced:
         _raise_on_failure(traj, int(n_steps))
@@ -255,7 +269,17 @@ def _checkpoint_interval(checkpoint, n_steps: int, save_every: int) -> int:
 
 @eqx.filter_jit
 def _rollout(
-    model, state0, dt, integrator, n_steps, save_every, multipliers, throw, batch_chunk, checkpoint
+    model,
+    state0,
+    dt,
+    integrator,
+    n_steps,
+    save_every,
+    multipliers,
+    throw,
+    batch_chunk,
+    checkpoint,
+    measures,
 ):
     t, q, u = to_components(state0)
     # Broadcast the state over the batch axes of the model parameters (leading axes).
@@ -272,12 +296,12 @@ def _rollout(
     u = jnp.broadcast_to(lift(u, 1), (7,) + batch + (nb,))
     t = jnp.broadcast_to(lift(t, 0), batch + (1,))
     h = jnp.asarray(dt, q.dtype)
-    args = (integrator, h, n_steps, save_every, multipliers, checkpoint)
+    args = (integrator, h, n_steps, save_every, multipliers, checkpoint, tuple(measures.values()))
     B = batch[0] if len(batch) == 1 else 0
     if batch_chunk and B > batch_chunk:
-        saved, fail_code, fail_step = chunked(model, t, q, u, batch, batch_chunk, args)
+        saved, fail_code, fail_step, values = chunked(model, t, q, u, batch, batch_chunk, args)
     else:
-        saved, fail_code, fail_step = integrate(model, t, q, u, batch, *args)
+        saved, fail_code, fail_step, values = integrate(model, t, q, u, batch, *args)
     # time axis after the batch axes: (T, *batch, ...) -> (*batch, T, ...)
     nbatch = len(batch)
     saved = tuple(jnp.moveaxis(x, 0, nbatch) for x in saved)
@@ -288,6 +312,7 @@ def _rollout(
         lam=saved[3] if multipliers else None,
         result=fail_code,
         failed_step=fail_step,
+        measures=dict(zip(measures, values, strict=True)) if measures else None,
     )
     if throw:
         index = (fail_code - 1) * n_steps + jnp.maximum(fail_step, 0)

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from .._results import RESULTS
+from . import measures as measure
 
 _OK, _NONFINITE, _SOLVER_FAILED = (
     int(RESULTS.successful),
@@ -44,14 +45,20 @@ def grouped_scan(body, carry, xs, length: int, group: int):
     return carry, ys
 
 
-def integrate(model, t, q, u, batch, integrator, h, n_steps, save_every, multipliers, checkpoint):
+def integrate(
+    model, t, q, u, batch, integrator, h, n_steps, save_every, multipliers, checkpoint, measures=()
+):
     """The time integration of one batch (component-first t, q, u with batch shape ``batch``).
+
+    ``measures`` (a tuple of rbjax measures) are accumulated after every step and finished
+    after the loop (rbjax/_engine/measures.py).
 
     ``checkpoint`` (the interval k in steps, 0 = off) groups either the steps of each saved
     chunk (k divides save_every) or the saved chunks (k a multiple of save_every) into
     checkpointed groups; see :func:`_grouped_scan`.
 
-    Returns (saved (t, q, u[, lam]) with the time axis first, result code, failed step)."""
+    Returns (saved (t, q, u[, lam]) with the time axis first, result code, failed step,
+    measure values)."""
     f = model.formulation
     inner = checkpoint if checkpoint and save_every % checkpoint == 0 else 0
     outer = checkpoint // save_every if checkpoint and not inner else 0
@@ -60,9 +67,10 @@ def integrate(model, t, q, u, batch, integrator, h, n_steps, save_every, multipl
         return jnp.all(jnp.isfinite(q), axis=(0, -1)) & jnp.all(jnp.isfinite(u), axis=(0, -1))
 
     def one_step(carry, _):
-        t, q, u, ok_all = carry
+        t, q, u, ok_all, accs = carry
         t1, q1, u1, ok = integrator._engine_step(model, t, q, u, h)
-        return (t1, q1, u1, ok_all & ok), None
+        accs = measure.update(measures, accs, model, (t, q, u), (t1, q1, u1), h)
+        return (t1, q1, u1, ok_all & ok, accs), None
 
     def save(t, q, u):
         out = (t[..., 0], jnp.moveaxis(q, 0, -1), jnp.moveaxis(u, 0, -1))
@@ -78,43 +86,48 @@ def integrate(model, t, q, u, batch, integrator, h, n_steps, save_every, multipl
     per_step = bool(model.joints)
 
     def checked_step(carry, k):
-        t, q, u, ok_all, first = carry
+        t, q, u, ok_all, first, accs = carry
         t1, q1, u1, ok = integrator._engine_step(model, t, q, u, h)
         good = ok & finite(q1, u1)
         first = jnp.where((first < 0) & ~good, k, first)
-        return (t1, q1, u1, ok_all & ok, first), None
+        accs = measure.update(measures, accs, model, (t, q, u), (t1, q1, u1), h)
+        return (t1, q1, u1, ok_all & ok, first, accs), None
 
     def chunk(carry, i):
-        t, q, u, code, fchunk = carry
+        t, q, u, code, fchunk, accs = carry
         ok0 = jnp.ones(code.shape, bool)
         if per_step:
             ks = i * save_every + jnp.arange(save_every, dtype=jnp.int32)
-            (_, q, u, ok, first), _ = grouped_scan(
-                checked_step, (t, q, u, ok0, fchunk), ks, save_every, inner
+            (_, q, u, ok, first, accs), _ = grouped_scan(
+                checked_step, (t, q, u, ok0, fchunk, accs), ks, save_every, inner
             )
             fin = finite(q, u)
             new = (code == _OK) & ~(fin & ok)
             code = jnp.where(new, jnp.where(fin, _SOLVER_FAILED, _NONFINITE), code)
             t = t_start + ((i + 1) * save_every).astype(h.dtype) * h
-            return (t, q, u, code, first), save(t, q, u)
-        (_, q, u, ok), _ = grouped_scan(one_step, (t, q, u, ok0), None, save_every, inner)
+            return (t, q, u, code, first, accs), save(t, q, u)
+        (_, q, u, ok, accs), _ = grouped_scan(
+            one_step, (t, q, u, ok0, accs), None, save_every, inner
+        )
         t = t_start + ((i + 1) * save_every).astype(h.dtype) * h  # t0 + k h, not a running sum of h
         fin = finite(q, u)
         new = (code == _OK) & ~(fin & ok)
         code = jnp.where(new, jnp.where(fin, _SOLVER_FAILED, _NONFINITE), code)
         fchunk = jnp.where(new, i, fchunk)
-        return (t, q, u, code, fchunk), save(t, q, u)
+        return (t, q, u, code, fchunk, accs), save(t, q, u)
 
     t_start = t
     code0 = jnp.zeros(batch, jnp.int32)
     chunk0 = jnp.full(batch, -1, jnp.int32)
     n_save = n_steps // save_every
+    accs0 = measure.init(measures, model, t, q, u)
     carry, saved = grouped_scan(
-        chunk, (t, q, u, code0, chunk0), jnp.arange(n_save, dtype=jnp.int32), n_save, outer
+        chunk, (t, q, u, code0, chunk0, accs0), jnp.arange(n_save, dtype=jnp.int32), n_save, outer
     )
     first = save(t, q, u)
     saved = tuple(jnp.concatenate([a[None], b], axis=0) for a, b in zip(first, saved, strict=True))
     fail_code, fchunk = carry[3], carry[4]
+    values = measure.finish(measures, carry[5], model, integrator, h, carry[:3])
 
     def locate(_):
         # Restart every member from the start of its failing chunk and step until it fails.
@@ -142,7 +155,7 @@ def integrate(model, t, q, u, batch, integrator, h, n_steps, save_every, multipl
         fail_step = jax.lax.cond(
             jnp.any(fail_code != _OK), locate, lambda _: jnp.full(batch, -1, jnp.int32), None
         )
-    return saved, fail_code, fail_step
+    return saved, fail_code, fail_step, values
 
 
 def chunked(model, t, q, u, batch, size, args):
@@ -176,7 +189,7 @@ def chunked(model, t, q, u, batch, size, args):
             m = eqx.tree_at(lambda mm, k=k: getattr(mm, k), m, v)
         return integrate(m, tc, qc, uc, (size,), *args)
 
-    saved, code, step = jax.lax.map(piece, xs)
+    saved, code, step, values = jax.lax.map(piece, xs)
 
     def join(x, axis):  # (n, ..., size, ...) -> (..., B, ...)
         x = jnp.moveaxis(x, 0, axis)
@@ -184,4 +197,5 @@ def chunked(model, t, q, u, batch, size, args):
         return jax.lax.slice_in_dim(x, 0, B, axis=axis)
 
     saved = tuple(join(x, 1) for x in saved)  # (n, T, size, ...) -> (T, B, ...)
-    return saved, join(code, 0), join(step, 0)
+    values = jax.tree.map(lambda x: join(x, 0), values)  # (n, size, ...) -> (B, ...)
+    return saved, join(code, 0), join(step, 0), values

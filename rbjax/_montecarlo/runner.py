@@ -1,0 +1,635 @@
+"""``rbjax.monte_carlo``: many perturbed systems, their measures reduced inside the rollout,
+merged statistics, every device, resumable.
+
+The run is cut into chunks of ``chunk_size`` samples, integrated one after the other; a chunk
+is split over the devices of a one-axis mesh (``jax.shard_map``, devices.py), and each device
+integrates its part as ONE batched rollout in the engine's layout with the measures
+(rbjax/_measures.py) accumulated inside the time loop. Only the per-sample measure values,
+status codes and failing steps leave the devices. Sample i is always built by
+``sample(jax.random.fold_in(key, i), i)``, whatever chunk, device or process integrates it,
+and statistics are merged over fixed blocks of ids in id order (statistics.py), so the result
+is the same bit for bit whatever the chunk size, device count, process count or resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import sys
+import time
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from .._analysis.checks import check_mechanism_state
+from .._body import validate_inertia
+from .._engine.joints import joint_terms
+from .._engine.layout import to_components
+from .._engine.projection import norm_rows
+from .._engine.rollout import DEFAULT_CHUNK
+from .._errors import validates_inputs
+from .._integrators import RK4, AbstractIntegrator, check_dt
+from .._measures import AbstractMeasure, Drift, Event, check_measures
+from .._model import Model
+from .._results import RESULTS
+from .._rollout import _rollout
+from .._state import State
+from . import statistics as st
+from .devices import sample_mesh
+from .store import FORMAT, RunStore
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """What a progress callback receives after each chunk."""
+
+    done: int  # samples finished (computed or read back)
+    total: int
+    samples_per_s: float  # computed samples per second of wall time, compile excluded
+    eta_s: float  # estimated seconds left
+    chunk: int  # index of the chunk just finished
+    resumed: bool  # the chunk was read from disk, not computed
+
+
+@dataclasses.dataclass(frozen=True)
+class MonteCarloResult:
+    """The outcome of :func:`rbjax.monte_carlo`.
+
+    ``statistics[name]`` (:class:`Statistics`): count, mean, variance, std, min, max and the
+    histogram of each measure over the samples whose ``status`` is ``RESULTS.successful``;
+    ``samples[name]`` (n, ...) every sample's value in id order (``keep_samples=True``, else
+    None); ``status`` (n,) a :class:`rbjax.RESULTS` code per sample and ``failed_step`` (n,)
+    (``keep_samples=True``); ``failed_ids`` / ``failed_status`` the failing samples, always;
+    ``timing`` compile and run seconds and samples/s; ``chunks_computed`` / ``chunks_resumed``
+    / ``chunks_recomputed`` what a resume found.
+    """
+
+    n_samples: int
+    statistics: dict[str, st.Statistics]
+    samples: dict[str, np.ndarray] | None
+    status: np.ndarray | None
+    failed_step: np.ndarray | None
+    failed_ids: np.ndarray
+    failed_status: np.ndarray
+    timing: dict[str, float]
+    chunks_computed: tuple[int, ...]
+    chunks_resumed: tuple[int, ...]
+    chunks_recomputed: tuple[int, ...]
+
+    @property
+    def n_failed(self) -> int:
+        return int(self.failed_ids.size)
+
+    def failures(self) -> list[tuple[int, str]]:
+        """(sample id, reason) of every failing sample, in id order."""
+        return [
+            (int(i), RESULTS(int(c)).message)
+            for i, c in zip(self.failed_ids, self.failed_status, strict=True)
+        ]
+
+    def quantile(self, name: str, p) -> np.ndarray:
+        """Quantile(s) ``p`` of measure ``name`` over the successful samples: exact from the
+        kept samples (``np.quantile``, linear interpolation, NaN event values left out), or
+        interpolated in the histogram when the samples were not kept."""
+        if name not in self.statistics:
+            raise ValueError(
+                f"quantile(name={name!r}): no such measure. Fix: one of {sorted(self.statistics)}."
+            )
+        if self.samples is not None and self.status is not None:
+            x = self.samples[name][self.status == int(RESULTS.successful)]
+            return np.asarray(np.nanquantile(np.asarray(x, np.float64), p, axis=0))
+        return self.statistics[name].quantile_from_histogram(p)
+
+
+def _int_ok(x, low):
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= low
+
+
+def _as_key(key):
+    """A typed JAX PRNG key from an int seed, a typed key or raw uint32 key data."""
+    if _int_ok(key, 0):
+        return jax.random.key(int(key))
+    try:
+        if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) and key.shape == ():
+            return key
+        if key.dtype == jnp.uint32:
+            return jax.random.wrap_key_data(key)
+    except (AttributeError, TypeError, ValueError):
+        pass
+    raise ValueError(
+        f"key = {key!r} is not a seed or a single JAX PRNG key. Fix: pass an int seed (e.g. "
+        "key=0) or jax.random.key(0)."
+    )
+
+
+def _probe(sample, key):
+    """Sample 0, evaluated now: its types and its physics are checked at build time."""
+    try:
+        out = sample(jax.random.fold_in(key, 0), jnp.asarray(0, jnp.int32))
+    except Exception as e:
+        raise ValueError(
+            f"sample(key, 0) raised {type(e).__name__}: {e}. Fix: write sample(key, i) -> "
+            "(model, state) for ONE system, using jax.random with key and jnp with i."
+        ) from e
+    if (
+        not isinstance(out, tuple)
+        or len(out) != 2
+        or not isinstance(out[0], Model)
+        or not isinstance(out[1], State)
+    ):
+        raise ValueError(
+            f"sample(key, 0) returned {type(out).__name__}, not (rbjax.Model, rbjax.State). "
+            "Fix: return the model and the initial state of ONE system."
+        )
+    model, state = out
+    if state.q.ndim != 2:
+        raise ValueError(
+            f"sample(key, 0) returned a state with q of shape {state.q.shape}, not (nb, 7). "
+            "Fix: return ONE system; the runner batches the samples."
+        )
+    model.check_state(state)
+    check_mechanism_state(model, state)
+    validate_inertia("sample(key, 0): model.inertia", model.inertia)
+    return model, state
+
+
+_NATIVE = ("mass", "inertia", "gravity")  # model leaves the engine batches natively
+
+
+def _fingerprint(closed, key) -> str:
+    """SHA-256 of the per-device program (its jaxpr and constants) and the key: a resume must
+    run the same program."""
+    h = hashlib.sha256(str(closed.jaxpr).encode())
+    for c in closed.consts:
+        a = np.asarray(c)
+        h.update(str((a.dtype, a.shape)).encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    h.update(np.asarray(jax.random.key_data(key)).tobytes())
+    return h.hexdigest()
+
+
+class _Kernel:
+    """The program of one device's share of a chunk: ids (c,) -> per-sample outputs (c, ...)."""
+
+    def __init__(self, sample, probe, mask, measures, integrator, n_steps, trajectories):
+        self.sample, self.mask = sample, mask
+        self.measures, self.integrator = measures, integrator
+        self.n_steps, self.trajectories = n_steps, trajectories
+        model, state = probe
+        dyn, _ = eqx.partition((model, state), eqx.is_array)
+        treedef = jax.tree.structure(dyn)
+        flags = jax.tree.unflatten(treedef, mask)
+        model_flags = flags[0]
+        others = eqx.tree_at(
+            lambda m: tuple(getattr(m, k) for k in _NATIVE), model_flags, (False,) * 3
+        )
+        self.native = not any(jax.tree.leaves(others))
+        self.model_flags = model_flags
+        self.rigid = np.asarray([not s for s in model.scalable])
+
+    def build(self, key_data, ids):
+        key = jax.random.wrap_key_data(key_data)
+        keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, ids)
+        out = jax.vmap(self.sample)(keys, ids)
+        dyn, static = eqx.partition(out, eqx.is_array)
+        leaves, treedef = jax.tree.flatten(dyn)
+        leaves = [x if b else x[0] for x, b in zip(leaves, self.mask, strict=True)]
+        return eqx.combine(jax.tree.unflatten(treedef, leaves), static)
+
+    def __call__(self, key_data, dt, ids):
+        """Outputs (c, ...) of the samples ``ids`` (c,); ``dt`` is an input, not a constant (a
+        new step size reuses the compiled program)."""
+        model, state = self.build(key_data, ids)
+        c = ids.shape[0]
+        state = State(
+            t=jnp.broadcast_to(state.t, (c,)),
+            q=jnp.broadcast_to(state.q, (c,) + state.q.shape[-2:]),
+            u=jnp.broadcast_to(state.u, (c,) + state.u.shape[-2:]),
+        )
+        names = tuple(self.measures)
+        save = self.trajectories or self.n_steps
+
+        def run(m, s, batch_chunk):  # no in-program error check: failures are per sample
+            h, k = self.integrator, self.n_steps
+            return _rollout(m, s, dt, h, k, save, False, False, batch_chunk, 0, self.measures)
+
+        if self.native:
+            traj = run(model, state, 0)
+        else:  # some varying leaf (a force's or joint's parameter) is not batched natively
+            axes = jax.tree.map(lambda b: 0 if b else None, self.model_flags)
+            traj = eqx.filter_vmap(lambda m, s: run(m, s, 0), in_axes=(axes, 0))(model, state)
+        status = traj.result.astype(jnp.int32)
+        ok = status == int(RESULTS.successful)
+        values = traj.measures or {}
+        for name in names:
+            m, v = self.measures[name], values[name]
+            flat = v.reshape(c, -1)
+            if isinstance(m, Drift) and m.limit is not None:
+                bad = jnp.any(flat > m.limit, axis=1)
+                status = jnp.where(ok & bad, int(RESULTS.implausible), status)
+            if not isinstance(m, Event):
+                bad = ~jnp.all(jnp.isfinite(flat), axis=1)
+                status = jnp.where(ok & bad, int(RESULTS.nonfinite_measure), status)
+            ok = status == int(RESULTS.successful)
+        invalid = self._invalid(model, state)
+        status = jnp.where(invalid, int(RESULTS.invalid_sample), status)
+        out = {"status": status, "failed_step": traj.failed_step.astype(jnp.int32)}
+        out.update({f"m_{k}": values[k] for k in names})
+        if self.trajectories:
+            out.update({"traj_t": traj.t, "traj_q": traj.q, "traj_u": traj.u})
+        return out
+
+    def _invalid(self, model, state):
+        """Samples whose initial state violates the model (the runtime twin of the build-time
+        checks of sample 0, with the same tolerances)."""
+        eps = float(jnp.finfo(state.q.dtype).eps)
+        atol = max(1e-9, 100.0 * eps)
+        a2 = jnp.sum(state.q[..., 3:7] ** 2, axis=-1)
+        rigid = jnp.asarray(self.rigid)
+        bad = jnp.any(rigid & ((jnp.abs(a2 - 1) > atol) | (jnp.abs(state.u[..., 3]) > atol)), -1)
+        if model.joints:
+            tol = 1e-8 if state.q.dtype == jnp.float64 else 1e-3
+            t, q, u = to_components(state)
+            terms = joint_terms(
+                model, model.formulation._engine_kinematics, t, q, u, cdot=True, gamma=False
+            )
+            worst = jnp.maximum(
+                jnp.max(norm_rows(model, terms.c), axis=0),
+                jnp.max(norm_rows(model, terms.cdot), axis=0),
+            )
+            bad = bad | ~(worst <= tol)
+        return bad
+
+
+class _Reporter:
+    """Progress to a tqdm bar (on a terminal, or when asked) and/or a callback."""
+
+    def __init__(self, progress, total, lead):
+        self.callback = progress if callable(progress) else None
+        show = sys.stderr.isatty() if progress is None else progress is True
+        self.bar = None
+        if show and lead:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, unit="sample", unit_scale=True, smoothing=0.1)
+        self.total, self.done, self.computed, self.seconds = total, 0, 0, 0.0
+
+    def update(self, n, chunk, resumed, seconds):
+        self.done += n
+        if not resumed:
+            self.computed += n
+            self.seconds += seconds
+        rate = self.computed / self.seconds if self.seconds > 0 else float("nan")
+        eta = (self.total - self.done) / rate if rate > 0 else float("nan")
+        if self.bar is not None:
+            self.bar.update(n)
+        if self.callback is not None:
+            self.callback(Progress(self.done, self.total, rate, eta, chunk, resumed))
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+@validates_inputs
+def monte_carlo(
+    sample: Callable,
+    n_samples: int,
+    dt,
+    n_steps: int,
+    measures: dict[str, AbstractMeasure],
+    *,
+    key=0,
+    integrator: AbstractIntegrator | None = None,
+    chunk_size: int | None = None,
+    device_batch: int | None = None,
+    devices=None,
+    directory=None,
+    resume: bool = False,
+    trajectories: int | None = None,
+    keep_samples: bool = True,
+    progress=None,
+    throw: bool = False,
+) -> MonteCarloResult:
+    """Integrate ``n_samples`` systems ``sample(fold_in(key, i), i) -> (model, state)`` for
+    ``n_steps`` steps of ``dt`` and reduce their ``measures`` (dict name -> rbjax measure).
+
+    * Deterministic: sample i depends only on (key, i); results are bit-identical for any
+      ``chunk_size``, ``devices``, number of processes and after a resume.
+    * Each call of the compiled program integrates ``device_batch`` systems on every device
+      as one batched rollout (default 1024 for single bodies, 64 for mechanisms); a chunk of
+      ``chunk_size`` samples (rounded up to a multiple of devices × device_batch; default one
+      call for bodies, four for mechanisms) is written and merged at a time. Memory is bounded
+      by the chunk, never by ``n_samples``. Every sample is computed by the same program, so
+      results do not depend on the chunk size or on the number of devices and processes
+      once the run is sharded (2 or more devices); on ONE device XLA compiles the program
+      without SPMD partitioning and its simplifier may round differently (measured: 1 value
+      in 3000 differs by one unit in the last place). A different ``device_batch`` may change
+      the last bits too (the Schur solver is chosen by batch size).
+    * ``devices``: None (every device of every process, see :func:`rbjax.use_cpu_cores`), a
+      count or a list; each chunk is split across them.
+    * ``directory``: each chunk's results are written there atomically (npz + JSON manifest,
+      rbjax/_montecarlo/store.py); ``resume=True`` reads back the complete chunks (checksums
+      verified, a bad chunk is recomputed) and computes the rest. ``trajectories=k`` also
+      writes the state every k steps of every sample there.
+    * Failures: a sample that diverges, whose solver fails, whose Drift monitor exceeds its
+      limit, whose measure is not finite or whose sampled state violates the model is recorded
+      in ``failed_ids`` / ``failed_status`` (:class:`rbjax.RESULTS`) and excluded from the
+      statistics; ``throw=True`` raises instead, naming the first failing sample.
+    * ``keep_samples``: keep every sample's measure values (n, ...) for exact quantiles; with
+      False only the mergeable statistics and the failures are kept.
+    * ``progress``: None (a tqdm bar on a terminal), True, False, or a callable receiving a
+      :class:`Progress` after each chunk.
+    """
+    measures = check_measures(measures)
+    if not measures:
+        raise ValueError(
+            "monte_carlo(measures={}) has no measures. Fix: pass e.g. "
+            "{'max_nutation': rbjax.Maximum(fn)}."
+        )
+    if not callable(sample):
+        raise ValueError(
+            f"sample = {sample!r} is not callable. Fix: pass a function (key, i) -> (model, state)."
+        )
+    if not _int_ok(n_samples, 1) or n_samples >= 2**31:
+        raise ValueError(
+            f"n_samples = {n_samples!r} is not an integer in [1, 2**31). Fix: pass e.g. 10_000."
+        )
+    check_dt(dt)
+    if not _int_ok(n_steps, 1):
+        raise ValueError(f"n_steps = {n_steps!r} is not a positive integer. Fix: pass e.g. 1000.")
+    integrator = RK4() if integrator is None else integrator
+    if not isinstance(integrator, AbstractIntegrator):
+        raise ValueError(
+            f"integrator = {integrator!r} is not an rbjax integrator. Fix: use RK4(), "
+            "SemiImplicitEuler() or ImplicitMidpoint()."
+        )
+    if trajectories is not None and (not _int_ok(trajectories, 1) or n_steps % trajectories):
+        raise ValueError(
+            f"trajectories = {trajectories!r} does not divide n_steps = {n_steps}. Fix: pass "
+            "k >= 1 with n_steps % k == 0 (the state every k steps), or None."
+        )
+    if trajectories is not None and directory is None:
+        raise ValueError(
+            "trajectories = k needs directory=...: trajectories are streamed to disk chunk by "
+            "chunk, never kept in memory. Fix: pass directory='runs/name'."
+        )
+    if directory is not None and not isinstance(directory, (str, os.PathLike)):
+        raise ValueError(
+            f"directory = {directory!r} is not a path. Fix: pass e.g. directory='runs/tops'."
+        )
+    if resume and directory is None:
+        raise ValueError("resume=True needs directory=... (where the run was written).")
+    key = _as_key(key)
+    key_data = np.asarray(jax.random.key_data(key))
+    probe = _probe(sample, key)
+    mesh = sample_mesh(devices)
+    n_dev = mesh.devices.size
+    if device_batch is None:
+        device_batch = DEFAULT_CHUNK if probe[0].joints else 1024
+    if not _int_ok(device_batch, 1):
+        raise ValueError(
+            f"device_batch = {device_batch!r} is not a positive integer. Fix: e.g. 64, or None."
+        )
+    call = n_dev * int(device_batch)  # samples per call of the compiled program
+    if chunk_size is None:
+        chunk_size = call * (4 if probe[0].joints else 1)
+    if not _int_ok(chunk_size, 1):
+        raise ValueError(f"chunk_size = {chunk_size!r} is not a positive integer. Fix: e.g. 4096.")
+    chunk = -(-int(chunk_size) // call) * call
+
+    i0 = jnp.asarray(0, jnp.int32)
+    mask = _dependent(sample, key, i0)
+    kernel = _Kernel(sample, probe, mask, measures, integrator, n_steps, trajectories)
+    ids_spec = jax.ShapeDtypeStruct((int(device_batch),), jnp.int32)  # one device's share
+    dt_data = np.asarray(dt, dtype=probe[1].q.dtype)
+    closed = jax.make_jaxpr(kernel)(key_data, dt_data, ids_spec)
+    fingerprint = _fingerprint(closed, key)
+
+    program = jax.jit(
+        jax.shard_map(
+            kernel,
+            mesh=mesh,
+            in_specs=(P(), P(), P("samples")),
+            out_specs=P("samples"),
+            check_vma=False,
+        )
+    )
+    ids_sharding = NamedSharding(mesh, P("samples"))
+    key_sharding = NamedSharding(mesh, P())
+    compiled = []  # compiled on first use: a resume that finds every chunk compiles nothing
+
+    def run_call(*args):
+        if not compiled:
+            t0 = time.perf_counter()
+            compiled.append(
+                program.lower(
+                    jax.ShapeDtypeStruct(key_data.shape, key_data.dtype, sharding=key_sharding),
+                    jax.ShapeDtypeStruct((), dt_data.dtype, sharding=key_sharding),
+                    jax.ShapeDtypeStruct((call,), jnp.int32, sharding=ids_sharding),
+                ).compile()
+            )
+            timing["compile_s"] = time.perf_counter() - t0
+        return compiled[0](*args)
+
+    def run_chunk(lo):
+        """One chunk: ``chunk // call`` calls of the same program, all dispatched before the
+        first result is read (JAX dispatches asynchronously), then gathered to the host."""
+        outs = []
+        for k in range(chunk // call):
+            ids = np.arange(lo + k * call, lo + (k + 1) * call, dtype=np.int32)
+            ids_arr = jax.make_array_from_callback((call,), ids_sharding, lambda i, ids=ids: ids[i])
+            outs.append(run_call(key_arr, dt_arr, ids_arr))
+        parts = [_gather(o) for o in outs]
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+    timing = {"compile_s": 0.0}
+    key_arr = jax.make_array_from_callback(key_data.shape, key_sharding, lambda i: key_data[i])
+    dt_arr = jax.make_array_from_callback((), key_sharding, lambda i: dt_data[i])
+
+    config = {
+        "n_samples": int(n_samples),
+        "chunk_size": chunk,
+        "n_steps": int(n_steps),
+        "dt": float(dt),
+        "key": key_data.tolist(),
+        "measures": {k: repr(type(m).__name__) for k, m in measures.items()},
+        "trajectories": trajectories,
+        "program": fingerprint,
+    }
+    lead = jax.process_index() == 0
+    store = RunStore(directory) if directory is not None else None
+    manifest = _open_run(store, config, resume, lead)
+
+    n_chunks = -(-n_samples // chunk)
+    acc = _Accumulator(measures, n_samples, keep_samples)
+    reporter = _Reporter(progress, n_samples, lead)
+    computed, resumed, recomputed = [], [], []
+    run_s = 0.0
+    try:
+        for c in range(n_chunks):
+            lo, hi = c * chunk, min((c + 1) * chunk, n_samples)
+            data = None
+            entry = manifest["chunks"].get(str(c)) if manifest is not None else None
+            if entry is not None and store is not None:
+                data = store.read_chunk(entry["summary"])
+                if data is None or not np.array_equal(data.get("ids", -1), np.arange(lo, hi)):
+                    data = None
+                    recomputed.append(c)
+            seconds = 0.0
+            if data is None:
+                before = timing["compile_s"]
+                t1 = time.perf_counter()
+                out = run_chunk(lo)
+                seconds = time.perf_counter() - t1 - (timing["compile_s"] - before)
+                run_s += seconds
+                data = {k: v[: hi - lo] for k, v in out.items()}
+                data["ids"] = np.arange(lo, hi, dtype=np.int32)
+                if store is not None and manifest is not None:
+                    _write_chunk(store, manifest, c, data, lead)
+                computed.append(c)
+            else:
+                resumed.append(c)
+            acc.add(data)
+            reporter.update(hi - lo, c, c in resumed, seconds)
+            if throw and acc.failed_ids:
+                i, code = acc.failed_ids[0], acc.failed_status[0]
+                raise eqx.EquinoxRuntimeError(
+                    f"rbjax.monte_carlo: sample {i} failed: {RESULTS(code).message}. Pass "
+                    "throw=False to record failures and exclude them from the statistics."
+                )
+    finally:
+        reporter.close()
+    n_run = sum(min((c + 1) * chunk, n_samples) - c * chunk for c in computed)
+    timing["run_s"] = run_s
+    timing["samples_per_s"] = n_run / run_s if run_s > 0 else float("nan")
+    return acc.result(timing, tuple(computed), tuple(resumed), tuple(recomputed))
+
+
+def _dependent(sample, key, i0):
+    from .sampling import dependent_leaves
+
+    return dependent_leaves(sample, jax.random.fold_in(key, 0), i0)
+
+
+def _gather(out) -> dict[str, np.ndarray]:
+    """Per-sample outputs as host arrays, from every process."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        return {
+            k: np.asarray(v) for k, v in multihost_utils.process_allgather(out, tiled=True).items()
+        }
+    return {k: np.asarray(v) for k, v in jax.device_get(out).items()}
+
+
+def _open_run(store, config, resume, lead):
+    if store is None:
+        return None
+    if lead:
+        os.makedirs(store.directory, exist_ok=True)
+    manifest = store.read_manifest() if resume else None
+    if manifest is not None and lead:  # what a write killed half-way left behind
+        for name in os.listdir(store.directory):
+            if name.startswith(".tmp-"):
+                os.unlink(store.path(name))
+    if manifest is not None:
+        for k, v in config.items():
+            if manifest["config"].get(k) != v:
+                raise ValueError(
+                    f"monte_carlo(directory={store.directory!r}, resume=True): the run on disk "
+                    f"has {k} = {manifest['config'].get(k)!r}, this call {v!r}. Fix: call with "
+                    "the same arguments (same sampler, measures, key and chunk_size), or "
+                    "resume=False to start again, or another directory."
+                )
+        return manifest
+    manifest = {"format": FORMAT, "config": config, "chunks": {}}
+    if lead:
+        store.write_manifest(manifest)
+    return manifest
+
+
+def _write_chunk(store, manifest, c, data, lead):
+    """The chunk's files, then the manifest that lists them (process 0 writes)."""
+    if not lead:
+        return
+    summary = {k: v for k, v in data.items() if not k.startswith("traj_")}
+    entry = {"summary": store.write_chunk("chunk", c, summary)}
+    if "traj_t" in data:
+        traj = {"ids": data["ids"]}
+        traj.update({k[5:]: v for k, v in data.items() if k.startswith("traj_")})
+        entry["trajectories"] = store.write_chunk("traj", c, traj)
+    manifest["chunks"][str(c)] = entry
+    store.write_manifest(manifest)
+
+
+class _Accumulator:
+    """Statistics folded in fixed id blocks (statistics.BLOCK) in id order, failures, and
+    (keep_samples) every sample's values."""
+
+    def __init__(self, measures, n, keep):
+        self.measures, self.n, self.keep = measures, n, keep
+        self.stats: dict[str, st.Statistics | None] = {k: None for k in measures}
+        self.pending: list[dict[str, np.ndarray]] = []
+        self.n_pending = 0
+        self.next_block = 0
+        self.kept: list[dict[str, np.ndarray]] = []
+        self.failed_ids: list[int] = []
+        self.failed_status: list[int] = []
+
+    def add(self, data):
+        data = {k: v for k, v in data.items() if not k.startswith("traj_")}
+        bad = np.flatnonzero(data["status"] != int(RESULTS.successful))
+        self.failed_ids.extend(int(i) for i in data["ids"][bad])
+        self.failed_status.extend(int(s) for s in data["status"][bad])
+        if self.keep:
+            self.kept.append(data)
+        self.pending.append(data)
+        self.n_pending += len(data["ids"])
+        self._fold(final=False)
+
+    def _fold(self, final):
+        while self.pending:
+            start = self.next_block * st.BLOCK
+            end = min(start + st.BLOCK, self.n)
+            if not final and self.n_pending < end - start:
+                return
+            joined = {k: np.concatenate([d[k] for d in self.pending]) for k in self.pending[0]}
+            take = end - start
+            block = {k: v[:take] for k, v in joined.items()}
+            rest = {k: v[take:] for k, v in joined.items()}
+            ok = block["status"] == int(RESULTS.successful)
+            for name, m in self.measures.items():
+                b = st.block_statistics(block[f"m_{name}"], ok, m.bins)
+                prev = self.stats[name]
+                self.stats[name] = b if prev is None else st.merge(prev, b)
+            self.next_block += 1
+            self.pending = [rest] if len(rest["ids"]) else []
+            self.n_pending = len(rest["ids"])
+
+    def result(self, timing, computed, resumed, recomputed) -> MonteCarloResult:
+        self._fold(final=True)
+        samples = status = failed_step = None
+        if self.keep:
+            joined = {k: np.concatenate([d[k] for d in self.kept]) for k in self.kept[0]}
+            samples = {name: joined[f"m_{name}"] for name in self.measures}
+            status, failed_step = joined["status"], joined["failed_step"]
+        stats = {k: v for k, v in self.stats.items() if v is not None}
+        return MonteCarloResult(
+            n_samples=self.n,
+            statistics=stats,
+            samples=samples,
+            status=status,
+            failed_step=failed_step,
+            failed_ids=np.asarray(self.failed_ids, np.int64),
+            failed_status=np.asarray(self.failed_status, np.int32),
+            timing=timing,
+            chunks_computed=computed,
+            chunks_resumed=resumed,
+            chunks_recomputed=recomputed,
+        )
