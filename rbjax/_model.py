@@ -180,8 +180,9 @@ class Model(eqx.Module):
                 fail(
                     f"State.q[{', '.join(map(str, where))}, 3:7] (quaternion of rigid body '{self.names[i]}')",
                     np.asarray(state.q)[where][3:7],
-                    f"has |A|² = {a2[where]:.12g}, not 1",
-                    "divide the quaternion by its norm, or declare the body scalable=True",
+                    f"has |A|² = {a2[where]:.12g}, not 1 (tolerance {atol:.1g})",
+                    "divide the quaternion by its norm, or declare the body scalable=True; to "
+                    "continue a rollout, pass its Trajectory as the initial state",
                 )
         if is_concrete(state.u):
             nu = np.asarray(state.u)[..., 3]

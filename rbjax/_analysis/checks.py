@@ -65,7 +65,9 @@ def check_mechanism_state(model, state: State, *, tol: float | None = None) -> N
             worst = ", ".join(f"'{n}' ({e:.3g})" for n, e in bad)
             raise ValueError(
                 f"The initial state violates the {what} equations of joints {worst} "
-                f"(tolerance {tol:.1g}). Fix: make the state consistent with {fix}."
+                f"(tolerance {tol:.1g}). Fix: make the state consistent with {fix}; to "
+                "continue a rollout, pass its Trajectory as the initial state (rollout accepts "
+                "the drift its integrator left)."
             )
     if isinstance(model.formulation, UdwadiaSchutte):
         return
