@@ -139,7 +139,8 @@ def test_non_unit_quaternion_for_rigid_body():
     bad = rbjax.make_state(quaternion=np.array([1.0, 0.1, 0.0, 0.0]))
     pattern = (
         r"quaternion of rigid body 'body'\) = \[1\. *, 0\.1, 0\. *, 0\. *\] has \|A\|² = 1\.01, not 1"
-        r"\. Fix: divide the quaternion by its norm, or declare the body scalable=True"
+        r" \(tolerance 1e-09\)\. Fix: divide the quaternion by its norm, or declare the body "
+        r"scalable=True; to continue a rollout, pass its Trajectory as the initial state"
     )
     with pytest.raises(ValueError, match=pattern):
         model.check_state(bad)
