@@ -71,8 +71,9 @@ def test_event_time_derivative_is_the_derivative_of_the_closed_form():
 
 def test_event_in_a_mechanism_locates_quarter_and_half_periods_of_the_pendulum():
     """A hinged rod released at rest from φ₀: φ = 0 at T/4 (downward crossing of φ) and φ̇ = 0
-    at T/2, T = 4 √(I_O / m g d) K(sin²(φ₀/2)) (complete elliptic integral); one batched rollout
-    of two amplitudes, ScalableDAE + RK4."""
+    at T/2, T = 4 √(I_O / m g d) K(sin²(φ₀/2)) (complete elliptic integral); the largest
+    angular speed, at the bottom, √(2 m g d (1 − cos φ₀) / I_O) (energy), located inside its
+    step and sampled at the steps; one batched rollout of two amplitudes, ScalableDAE + RK4."""
     model = pendulum_model(rbjax.ScalableDAE())
     phis = np.array([np.pi / 2, np.pi / 6])
     s0 = [pendulum_state(p) for p in phis]
@@ -88,6 +89,8 @@ def test_event_in_a_mechanism_locates_quarter_and_half_periods_of_the_pendulum()
     measures = {
         "quarter": rbjax.Event(phi, direction=-1),
         "half": rbjax.Event(lambda m, s: s.u[0, 5], direction=-1),  # ω_y = −φ̇ falls through 0
+        "speed": rbjax.Maximum(lambda m, s: s.u[0, 5], located=True),
+        "speed_sampled": rbjax.Maximum(lambda m, s: s.u[0, 5]),
     }
     traj = rbjax.rollout(model, state, 2.5e-3, 800, save_every=800, measures=measures)
     for b, phi0 in enumerate(phis):
@@ -103,6 +106,11 @@ def test_event_in_a_mechanism_locates_quarter_and_half_periods_of_the_pendulum()
         )
         assert abs(quarter - period / 4) < 1e-9
         assert abs(half - period / 2) < 1e-9
+        top = np.sqrt(2 * PEND_M * G * PEND_D * (1 - np.cos(phi0)) / PEND_IO)
+        located = float(traj.measures["speed"][b]) - top
+        sampled = float(traj.measures["speed_sampled"][b]) - top
+        print(f"  max speed {top:.9f} rad/s: located {located:.1e}, sampled {sampled:.1e}")
+        assert abs(located) < 1e-9 and sampled < -1e-7  # sampling misses the peak
 
 
 def test_reductions_equal_the_same_reductions_of_the_saved_trajectory():

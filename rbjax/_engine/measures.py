@@ -49,6 +49,54 @@ class Locator:
     def final_value(self, measure):
         return _value(measure, self.model, *self.final)
 
+    def _piece(self, start):
+        """The step from ``start`` (component-first (t, q, u)): its end and both ends' q̇, u̇."""
+        model, h = self.model, self.h
+        f = model.formulation
+        t0, q0, u0 = start
+        t1, q1, u1, _ = self.integrator._engine_step(model, t0, q0, u0, h)
+        dq0, du0, _ = f._engine_derivatives(model, t0, q0, u0)
+        dq1, du1, _ = f._engine_derivatives(model, t1, q1, u1)
+        return (t0, q0, u0, dq0, du0), (t1, q1, u1, dq1, du1)
+
+    def _dense(self, measure, a, b, model):
+        """θ ↦ fn at the cubic Hermite interpolant of the step from end ``a`` to end ``b``
+        (each (t, q, u, q̇, u̇)), θ (*batch,) in [0, 1]."""
+        h = self.h
+        t0, q0, u0, dq0, du0 = a
+        _, q1, u1, dq1, du1 = b
+
+        def g(theta):
+            th = theta[None, ..., None]
+            h00 = (1 + 2 * th) * (1 - th) ** 2
+            h10 = th * (1 - th) ** 2
+            h01 = th**2 * (3 - 2 * th)
+            h11 = th**2 * (th - 1)
+            q = h00 * q0 + h10 * h * dq0 + h01 * q1 + h11 * h * dq1
+            u = h00 * u0 + h10 * h * du0 + h01 * u1 + h11 * h * du1
+            return _value(measure, model, t0 + theta[..., None] * h, q, u)
+
+        return g
+
+    def _fixed(self, *ends):
+        """The model and step ends with stopped gradients (for the root searches)."""
+        sg = lambda x: jax.lax.stop_gradient(x) if eqx.is_array(x) else x
+        return jax.tree.map(sg, (self.model, *ends))
+
+    @staticmethod
+    def _bisect(sign_at, shape, dtype):
+        """θ in [0, 1] where ``sign_at(θ)`` (a boolean "still on the starting side") flips."""
+
+        def body(_, ab):
+            a, b = ab
+            mid = 0.5 * (a + b)
+            same = sign_at(mid)
+            return jnp.where(same, mid, a), jnp.where(same, b, mid)
+
+        lo, hi = jnp.zeros(shape, dtype), jnp.ones(shape, dtype)
+        a, b = jax.lax.fori_loop(0, _BISECTIONS, body, (lo, hi))
+        return jax.lax.stop_gradient(0.5 * (a + b))
+
     def event(self, measure, found, bracket):
         """The located crossing time of ``measure.fn`` in the step starting at ``bracket``
         (component-first (t, q, u), one per system), NaN where ``found`` is False.
@@ -58,45 +106,50 @@ class Locator:
         on θ ∈ [0, 1] keeping the sign change, then one Newton step with a stopped-gradient
         slope gives θ the derivative −g_p / g_θ of the implicit function theorem.
         """
-        model, h = self.model, self.h
-        f = model.formulation
-        t0, q0, u0 = bracket
-        t1, q1, u1, _ = self.integrator._engine_step(model, t0, q0, u0, h)
-        dq0, du0, _ = f._engine_derivatives(model, t0, q0, u0)
-        dq1, du1, _ = f._engine_derivatives(model, t1, q1, u1)
-
-        def g(theta, model, q0, u0, q1, u1, dq0, du0, dq1, du1):  # theta (*batch,)
-            th = theta[None, ..., None]
-            h00 = (1 + 2 * th) * (1 - th) ** 2
-            h10 = th * (1 - th) ** 2
-            h01 = th**2 * (3 - 2 * th)
-            h11 = th**2 * (th - 1)
-            q = h00 * q0 + h10 * h * dq0 + h01 * q1 + h11 * h * dq1
-            u = h00 * u0 + h10 * h * du0 + h01 * u1 + h11 * h * du1
-            t = t0 + theta[..., None] * h
-            return _value(measure, model, t, q, u)
-
-        ends = (model, q0, u0, q1, u1, dq0, du0, dq1, du1)
-        fixed = jax.tree.map(lambda x: jax.lax.stop_gradient(x) if eqx.is_array(x) else x, ends)
-        g0 = g(jnp.zeros(found.shape, t0.dtype), *fixed)
-
-        def bisect(_, ab):  # keeps g(a) on g(0)'s side and the sign change in [a, b]
-            a, b = ab
-            mid = 0.5 * (a + b)
-            gm = g(mid, *fixed)
-            same = jnp.sign(gm) == jnp.sign(g0)
-            same = same & (gm != 0)
-            return jnp.where(same, mid, a), jnp.where(same, b, mid)
-
-        lo = jnp.zeros(found.shape, t0.dtype)
-        hi = jnp.ones(found.shape, t0.dtype)
-        a, b = jax.lax.fori_loop(0, _BISECTIONS, bisect, (lo, hi))
-        theta = jax.lax.stop_gradient(0.5 * (a + b))
-        gt, slope = jax.jvp(lambda th: g(th, *ends), (theta,), (jnp.ones_like(theta),))
+        a, b = self._piece(bracket)
+        model_f, a_f, b_f = self._fixed(a, b)
+        g_fixed = self._dense(measure, a_f, b_f, model_f)
+        dtype = bracket[0].dtype
+        g0 = g_fixed(jnp.zeros(found.shape, dtype))
+        theta = self._bisect(
+            lambda th: (jnp.sign(g_fixed(th)) == jnp.sign(g0)) & (g_fixed(th) != 0),
+            found.shape,
+            dtype,
+        )
+        g = self._dense(measure, a, b, self.model)
+        gt, slope = jax.jvp(g, (theta,), (jnp.ones_like(theta),))
         slope = jax.lax.stop_gradient(slope)
         safe = found & (slope != 0)
         theta = theta - jnp.where(safe, gt, 0) / jnp.where(safe, slope, 1)
-        return jnp.where(found, t0[..., 0] + theta * h, jnp.nan)
+        return jnp.where(found, bracket[0][..., 0] + theta * self.h, jnp.nan)
+
+    def extremum(self, measure, best, bracket, sign):
+        """The largest (sign +1) or smallest (−1) value of ``measure.fn`` along the dense
+        output of the two steps from ``bracket`` (the step before the best sampled value and
+        the step after it; only the first when that one ends the rollout). On each step the
+        candidates are its ends and, where sign·g' goes from + to −, the root of g' (bisection,
+        g' by forward mode). The value's derivative is ∂g/∂p at the located point (envelope
+        theorem: g' = 0 there), so no implicit-function step is needed."""
+        a, b = self._piece(bracket)
+        _, c = self._piece(b[:3])
+        dtype = bracket[0].dtype
+        shape = best.shape
+        out = sign * best  # the sampled extremum is a candidate (and the fallback)
+        second = bracket[0][..., 0] + 1.5 * self.h < self.t_end
+        for lo, hi, valid in ((a, b, None), (b, c, second)):
+            model_f, lo_f, hi_f = self._fixed(lo, hi)
+            g_fixed = self._dense(measure, lo_f, hi_f, model_f)
+            slope = lambda th, g=g_fixed: sign * jax.jvp(g, (th,), (jnp.ones_like(th),))[1]
+            zero, one = jnp.zeros(shape, dtype), jnp.ones(shape, dtype)
+            interior = (slope(zero) > 0) & (slope(one) < 0)
+            theta = self._bisect(lambda th, s=slope: s(th) > 0, shape, dtype)
+            g = self._dense(measure, lo, hi, self.model)
+            cand = jnp.maximum(sign * g(zero), sign * g(one))
+            cand = jnp.where(interior, jnp.maximum(cand, sign * g(theta)), cand)
+            if valid is not None:
+                cand = jnp.where(valid, cand, out)
+            out = jnp.maximum(out, cand)
+        return sign * out
 
 
 def finish(measures, accs, model, integrator, h, final):
