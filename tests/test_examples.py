@@ -49,8 +49,13 @@ def run(name, argv, capsys):
         ("tumbling_body", ["--t-end", "6", "--out", ""], "max |Δ| vs exact"),
         (
             "monte_carlo_flips",
-            ["--batch", "64", "--t-end", "3"],
+            ["--samples", "2048", "--t-end", "3"],
             "max |t_flip − exact elliptic t_flip|",
+        ),
+        (
+            "monte_carlo_top",
+            ["--samples", "128", "--t-end", "0.25"],
+            "max |θ₁ − closed form| over samples",
         ),
         ("identify_tumbling", [], "moment ratios, largest relative error"),
         (

@@ -408,8 +408,9 @@ def monte_carlo(
     kernel = _Kernel(sample, probe, mask, measures, integrator, n_steps, trajectories)
     ids_spec = jax.ShapeDtypeStruct((int(device_batch),), jnp.int32)  # one device's share
     dt_data = np.asarray(dt, dtype=probe[1].q.dtype)
-    closed = jax.make_jaxpr(kernel)(key_data, dt_data, ids_spec)
-    fingerprint = _fingerprint(closed, key)
+    fingerprint = None  # traced only for a run on disk (a mechanism's trace takes seconds)
+    if directory is not None:
+        fingerprint = _fingerprint(jax.make_jaxpr(kernel)(key_data, dt_data, ids_spec), key)
 
     program = jax.jit(
         jax.shard_map(

@@ -50,16 +50,18 @@ class Statistics:
     @property
     def average(self) -> np.ndarray:
         """The mean, NaN where no sample counted (``mean`` holds 0 there, for merging)."""
-        return np.where(self.count > 0, self.mean, np.nan)
+        return np.asarray(np.where(self.count > 0, self.mean, np.nan))
 
     @property
     def variance(self) -> np.ndarray:
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(self.count > 1, self.m2 / np.maximum(self.count - 1, 1), np.nan)
+            return np.asarray(
+                np.where(self.count > 1, self.m2 / np.maximum(self.count - 1, 1), np.nan)
+            )
 
     @property
     def std(self) -> np.ndarray:
-        return np.sqrt(self.variance)
+        return np.asarray(np.sqrt(self.variance))
 
     def quantile_from_histogram(self, p) -> np.ndarray:
         """Quantile(s) ``p`` interpolated linearly inside the histogram's bins (resolution: one
