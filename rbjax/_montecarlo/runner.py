@@ -423,10 +423,12 @@ def monte_carlo(
     )
     ids_sharding = NamedSharding(mesh, P("samples"))
     key_sharding = NamedSharding(mesh, P())
-    compiled = []  # compiled on first use: a resume that finds every chunk compiles nothing
+    cache_key = _program_key(sample, measures, integrator, n_steps, trajectories, mesh, call)
+    cache_key = cache_key + (dt_data.dtype.name, key_data.shape)
+    compiled = [_PROGRAMS[cache_key][1]] if cache_key in _PROGRAMS else []
 
     def run_call(*args):
-        if not compiled:
+        if not compiled:  # on first use: a resume that finds every chunk compiles nothing
             t0 = time.perf_counter()
             compiled.append(
                 program.lower(
@@ -436,6 +438,7 @@ def monte_carlo(
                 ).compile()
             )
             timing["compile_s"] = time.perf_counter() - t0
+            _remember(cache_key, (sample, measures, integrator), compiled[0])
         return compiled[0](*args)
 
     def run_chunk(lo):
@@ -510,6 +513,41 @@ def monte_carlo(
     timing["run_s"] = run_s
     timing["samples_per_s"] = n_run / run_s if run_s > 0 else float("nan")
     return acc.result(timing, tuple(computed), tuple(resumed), tuple(recomputed))
+
+
+# Compiled programs of recent calls, so that calling monte_carlo again with the same sampler,
+# measures and settings (another key, n_samples, dt, chunk size or directory) does not compile
+# again. Keyed by the identity of the sampler and the measures (kept alive in the entry, so
+# an id is never reused while its entry exists) and by the value of everything else.
+_PROGRAMS: dict[tuple, tuple[tuple, object]] = {}
+_PROGRAMS_MAX = 8
+
+
+def _value_key(tree) -> tuple:
+    leaves, treedef = jax.tree.flatten(tree)
+    return (treedef,) + tuple(
+        (np.shape(x), np.asarray(x).dtype.name, np.asarray(x).tobytes()) if eqx.is_array(x) else x
+        for x in leaves
+    )
+
+
+def _program_key(sample, measures, integrator, n_steps, trajectories, mesh, call) -> tuple:
+    return (
+        id(sample),
+        tuple((k, id(m)) for k, m in measures.items()),
+        _value_key(integrator),
+        n_steps,
+        trajectories,
+        tuple(d.id for d in mesh.devices.flat),
+        call,
+        jax.config.jax_enable_x64,
+    )
+
+
+def _remember(key, objects, compiled):
+    if len(_PROGRAMS) >= _PROGRAMS_MAX:
+        _PROGRAMS.pop(next(iter(_PROGRAMS)))
+    _PROGRAMS[key] = (objects, compiled)
 
 
 def _dependent(sample, key, i0):

@@ -1,0 +1,259 @@
+"""The Monte-Carlo runner against a bare batched rollout, over devices, memory and resume.
+
+Two workloads (float64, RK4): tumbling bodies (the flips example's sampler, 1000 steps of
+2 ms) and heavy tops on a Spherical joint (the tops example's sampler, 500 steps of 2 ms).
+
+* ``throughput``: the same batch integrated by ``rbjax.rollout`` (the batch built from the
+  sampler, only the final state kept; a plain-JAX reference for the runner's peer) and by
+  ``rbjax.monte_carlo`` on one device, with a single ``Final`` measure (the runner's own
+  cost: sampling, sharding, gathering, statistics) and with the examples' measures (located
+  events or maxima, energy monitors). Compile and run seconds apart; medians of repeats.
+* ``scaling``: samples/s of the runner on 1, 2 and 4 CPU devices (``jax_num_cpu_devices``).
+* ``memory``: peak resident memory of a fresh process running 10⁴, 10⁵ and 10⁶ bodies (20
+  steps: memory does not depend on the horizon), keeping every sample's values or only the
+  statistics.
+* ``resume``: a run written to disk against the same run in memory, and resuming a finished
+  run (every chunk read back and verified) or a half-finished one.
+
+    python benchmarks/monte_carlo.py --json benchmarks/results/monte_carlo.json [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import jax
+
+if __name__ == "__main__" and "--child" not in sys.argv:
+    jax.config.update("jax_num_cpu_devices", 4)
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+
+import rbjax  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+sys.path.insert(0, HERE)
+import monte_carlo_flips as flips  # noqa: E402
+import monte_carlo_top as tops  # noqa: E402
+from free_body import write_run  # noqa: E402
+
+WORKLOADS = {
+    # name: (sampler, example measures, dt, steps, batch of the bare rollout = one chunk)
+    "bodies": (
+        flips.sample,
+        {
+            "flip": rbjax.Event(lambda m, s: s.u[0, 5], direction=-1),
+            "energy_drift": rbjax.Drift(lambda m, s: rbjax.kinetic_energy(m, s), limit=1e-8),
+        },
+        2e-3,
+        1000,
+        4096,
+    ),
+    "tops": (
+        tops.sample,
+        {
+            "max_nutation": rbjax.Maximum(tops.nutation, located=True),
+            "energy_drift": rbjax.Drift(lambda m, s: rbjax.total_energy(m, s), limit=1e-7),
+        },
+        2e-3,
+        500,
+        256,
+    ),
+}
+FINAL = {"final_q": rbjax.Final(lambda m, s: s.q)}
+
+
+def _median(xs):
+    return float(statistics.median(xs))
+
+
+def bare(name, repeats):
+    """rollout of the sampler's batch (vmapped on the host side: built once, then timed)."""
+    sample, _, dt, steps, batch = WORKLOADS[name]
+    key = jax.random.key(0)
+    ids = jnp.arange(batch, dtype=jnp.int32)
+    model, state = jax.vmap(lambda i: sample(jax.random.fold_in(key, i), i))(ids)
+    # leaves that do not vary are taken from the first sample (as the runner does)
+    model = jax.tree.map(lambda x: x[0] if jnp.all(x == x[:1]) else x, model)
+
+    def call():
+        traj = rbjax.rollout(model, state, dt, steps, save_every=steps)
+        return jax.block_until_ready(traj.q)
+
+    t0 = time.perf_counter()
+    call()
+    first = time.perf_counter() - t0
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        call()
+        runs.append(time.perf_counter() - t0)
+    run = _median(runs)
+    return {"first_call_s": first, "run_s": run, "samples_per_s": batch / run}
+
+
+def runner(name, measures, devices, repeats, n_chunks=4):
+    sample, _, dt, steps, batch = WORKLOADS[name]
+    n = batch * n_chunks
+    out = []
+    for k in range(repeats + 1):  # the first call compiles; the next ones reuse its program
+        r = rbjax.monte_carlo(
+            sample, n, dt, steps, measures, key=k, devices=devices, chunk_size=batch,
+            progress=False,
+        )  # fmt: skip
+        out.append(r.timing)
+    return {
+        "compile_s": out[0]["compile_s"],
+        "samples_per_s": _median([t["samples_per_s"] for t in out[1:]]),
+    }
+
+
+def throughput(repeats):
+    rows = []
+    for name, (_, measures, _dt, steps, batch) in WORKLOADS.items():
+        ref = bare(name, repeats)
+        plain = runner(name, FINAL, 1, repeats)
+        full = runner(name, measures, 1, repeats)
+        rows.append(
+            {
+                "workload": name, "batch": batch, "steps": steps,
+                "rollout_first_call_s": ref["first_call_s"],
+                "rollout_samples_per_s": ref["samples_per_s"],
+                "runner_final_compile_s": plain["compile_s"],
+                "runner_final_samples_per_s": plain["samples_per_s"],
+                "runner_measures_compile_s": full["compile_s"],
+                "runner_measures_samples_per_s": full["samples_per_s"],
+                "ratio_final": plain["samples_per_s"] / ref["samples_per_s"],
+                "ratio_measures": full["samples_per_s"] / ref["samples_per_s"],
+            }
+        )  # fmt: skip
+        print(
+            f"  {name:7s} B={batch:5d} rollout {ref['samples_per_s']:8.0f} /s | runner "
+            f"Final {plain['samples_per_s']:8.0f} /s ({rows[-1]['ratio_final']:.2f}x) | "
+            f"measures {full['samples_per_s']:8.0f} /s ({rows[-1]['ratio_measures']:.2f}x)",
+            flush=True,
+        )
+    return rows
+
+
+def scaling(repeats):
+    rows = []
+    for name, (_, measures, *_rest) in WORKLOADS.items():
+        for devices in (1, 2, 4):
+            r = runner(name, measures, devices, repeats)
+            rows.append({"workload": name, "devices": devices, **r})
+            print(
+                f"  {name:7s} {devices} device(s): {r['samples_per_s']:8.0f} samples/s", flush=True
+            )
+    return rows
+
+
+def child_memory(n, keep):
+    """(in a fresh process) peak RSS of a run of n bodies, 20 steps."""
+    jax.config.update("jax_num_cpu_devices", 2)
+    sample, measures, dt, _, _ = WORKLOADS["bodies"]
+    t0 = time.perf_counter()
+    rbjax.monte_carlo(
+        sample, n, dt, 20, measures, key=0, chunk_size=16384, keep_samples=keep, progress=False
+    )
+    wall = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB on Linux
+    print(json.dumps({"samples": n, "keep_samples": keep, "peak_rss_mib": rss, "wall_s": wall}))
+
+
+def memory(sizes):
+    rows = []
+    for keep in (True, False):
+        for n in sizes:
+            cmd = [sys.executable, __file__, "--child", "memory", str(n), str(int(keep))]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+            row = json.loads(out.strip().splitlines()[-1])
+            rows.append(row)
+            print(
+                f"  {n:8d} samples, keep_samples={keep!s:5s}: peak RSS "
+                f"{row['peak_rss_mib']:7.0f} MiB ({row['wall_s']:.0f} s)",
+                flush=True,
+            )
+    return rows
+
+
+def resume(n):
+    sample, measures, dt, _, batch = WORKLOADS["bodies"]
+    steps = 200
+    common = dict(key=0, chunk_size=batch, progress=False)
+    rbjax.monte_carlo(sample, n, dt, steps, measures, **common)  # compile (cached after)
+    t0 = time.perf_counter()
+    rbjax.monte_carlo(sample, n, dt, steps, measures, **common)
+    memory_s = time.perf_counter() - t0
+    d = tempfile.mkdtemp()
+    try:
+        t0 = time.perf_counter()
+        rbjax.monte_carlo(sample, n, dt, steps, measures, directory=d, **common)
+        disk_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        r = rbjax.monte_carlo(sample, n, dt, steps, measures, directory=d, resume=True, **common)
+        read_s = time.perf_counter() - t0
+        assert not r.chunks_computed
+        manifest = json.load(open(os.path.join(d, "manifest.json")))
+        chunks = sorted(manifest["chunks"], key=int)
+        for c in chunks[len(chunks) // 2 :]:
+            del manifest["chunks"][c]
+        with open(os.path.join(d, "manifest.json"), "w") as fh:
+            json.dump(manifest, fh)
+        t0 = time.perf_counter()
+        rbjax.monte_carlo(sample, n, dt, steps, measures, directory=d, resume=True, **common)
+        half_s = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(d)
+    row = {
+        "samples": n, "steps": steps, "in_memory_s": memory_s, "to_disk_s": disk_s,
+        "resume_complete_s": read_s, "resume_half_s": half_s,
+    }  # fmt: skip
+    print(
+        f"  {n} bodies x {steps} steps: in memory {memory_s:.2f} s, to disk {disk_s:.2f} s "
+        f"(+{100 * (disk_s / memory_s - 1):.0f} %), resume complete {read_s:.2f} s, "
+        f"resume half {half_s:.2f} s",
+        flush=True,
+    )
+    return [row]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--quick", action="store_true", help="fewer repeats, smaller sizes")
+    ap.add_argument("--child", nargs="*", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        return child_memory(int(args.child[1]), bool(int(args.child[2])))
+    repeats = 2 if args.quick else 3
+    sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
+    print(f"devices: {jax.devices()}", flush=True)
+    results = {}
+    print("throughput (one device):", flush=True)
+    results["throughput"] = throughput(repeats)
+    print("scaling:", flush=True)
+    results["scaling"] = scaling(repeats)
+    print("memory:", flush=True)
+    results["memory"] = memory(sizes)
+    print("resume:", flush=True)
+    results["resume"] = resume(20_000 if args.quick else 100_000)
+    if args.json:
+        write_run([{"section": k, "rows": v} for k, v in results.items()], args.json)
+
+
+if __name__ == "__main__":
+    main()
