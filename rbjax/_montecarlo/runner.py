@@ -519,7 +519,7 @@ def monte_carlo(
 # measures and settings (another key, n_samples, dt, chunk size or directory) does not compile
 # again. Keyed by the identity of the sampler and the measures (kept alive in the entry, so
 # an id is never reused while its entry exists) and by the value of everything else.
-_PROGRAMS: dict[tuple, tuple[tuple, object]] = {}
+_PROGRAMS: dict[tuple, tuple[tuple, Callable]] = {}
 _PROGRAMS_MAX = 8
 
 
@@ -540,7 +540,7 @@ def _program_key(sample, measures, integrator, n_steps, trajectories, mesh, call
         trajectories,
         tuple(d.id for d in mesh.devices.flat),
         call,
-        jax.config.jax_enable_x64,
+        bool(jax.config.read("jax_enable_x64")),
     )
 
 
