@@ -52,6 +52,11 @@ def run(name, argv, capsys):
             ["--samples", "2048", "--t-end", "3"],
             "max |t_flip − exact elliptic t_flip|",
         ),
+        (  # one process here; tests/test_montecarlo.py runs two under jax.distributed
+            "monte_carlo_hosts",
+            ["--samples", "64", "--t-end", "3", "--devices", "1"],
+            "first flip",
+        ),
         (
             "monte_carlo_top",
             ["--samples", "128", "--t-end", "0.25"],
