@@ -14,6 +14,8 @@ Two workloads (float64, RK4): tumbling bodies (the flips example's sampler, 1000
   statistics.
 * ``resume``: a run written to disk against the same run in memory, and resuming a finished
   run (every chunk read back and verified) or a half-finished one.
+* ``precision``: the same bodies in float32 and float64 (parameters drawn in float64): the
+  located flip times and the statistics.
 
     python benchmarks/monte_carlo.py --json benchmarks/results/monte_carlo.json [--quick]
 """
@@ -229,6 +231,62 @@ def resume(n):
     return [row]
 
 
+def precision(n):
+    """The same bodies (parameters drawn in float64, then rounded) integrated in float32 and
+    float64: statistics of the located first-flip time and of the energy drift."""
+    import equinox as eqx
+    import numpy as np
+
+    def sampler(dtype):
+        base = rbjax.Model(
+            rbjax.Body(jnp.asarray(1.0, dtype), jnp.eye(3, dtype=dtype)),
+            formulation=rbjax.NewtonEuler(),
+        )
+
+        def sample(key, i):
+            inertia, w = flips.draw(key)
+            model = eqx.tree_at(lambda m: m.inertia, base, jnp.diag(inertia).astype(dtype)[None])
+            q = jnp.array([[0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]], dtype)
+            u = jnp.concatenate([jnp.zeros(4), w]).astype(dtype)[None]
+            return model, rbjax.State(t=jnp.zeros((), dtype), q=q, u=u)
+
+        return sample
+
+    measures = {
+        "flip": rbjax.Event(lambda m, s: s.u[0, 5], direction=-1),
+        "energy_drift": rbjax.Drift(lambda m, s: rbjax.kinetic_energy(m, s)),
+    }
+    out = {}
+    for name, dtype in (("float64", jnp.float64), ("float32", jnp.float32)):
+        out[name] = rbjax.monte_carlo(
+            sampler(dtype), n, 2e-3, 2000, measures, key=0, progress=False
+        )
+    a, b = out["float64"], out["float32"]
+    assert a.samples is not None and b.samples is not None
+    fa, fb = a.samples["flip"], b.samples["flip"].astype(np.float64)
+    both = np.isfinite(fa) & np.isfinite(fb)
+    sa, sb = a.statistics["flip"], b.statistics["flip"]
+    row = {
+        "samples": n,
+        "flip_max_abs_diff_s": float(np.abs(fa - fb)[both].max()),
+        "flip_median_abs_diff_s": float(np.median(np.abs(fa - fb)[both])),
+        "flip_seen_float64": int(sa.count), "flip_seen_float32": int(sb.count),
+        "flip_mean_float64": float(sa.mean), "flip_mean_float32": float(sb.mean),
+        "flip_std_float64": float(sa.std), "flip_std_float32": float(sb.std),
+        "energy_drift_max_float64": float(a.statistics["energy_drift"].max),
+        "energy_drift_max_float32": float(b.statistics["energy_drift"].max),
+        "failed_float32": b.n_failed,
+    }  # fmt: skip
+    print(
+        f"  {n} bodies, flip time float32 vs float64: max |Δ| {row['flip_max_abs_diff_s']:.1e} s,"
+        f" median {row['flip_median_abs_diff_s']:.1e} s; mean {sa.mean:.6f} vs {sb.mean:.6f} s,"
+        f" std {sa.std:.6f} vs {sb.std:.6f} s; energy drift max "
+        f"{row['energy_drift_max_float64']:.1e} vs {row['energy_drift_max_float32']:.1e}",
+        flush=True,
+    )
+    return [row]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -251,6 +309,8 @@ def main(argv=None):
     results["memory"] = memory(sizes)
     print("resume:", flush=True)
     results["resume"] = resume(20_000 if args.quick else 100_000)
+    print("precision:", flush=True)
+    results["precision"] = precision(4096 if args.quick else 20_000)
     if args.json:
         write_run([{"section": k, "rows": v} for k, v in results.items()], args.json)
 

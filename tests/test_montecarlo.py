@@ -272,3 +272,27 @@ def test_chunk_size_and_device_count_do_not_change_a_single_bit(tmp_path):
             res[f"1:sample_{name}"], res[f"2:sample_{name}"], rtol=1e-13, atol=1e-15
         )
     assert np.all(res["2:status"] == 0)
+
+
+def test_trajectories_are_streamed_to_disk_and_progress_is_reported(tmp_path):
+    """trajectories=k writes every sample's state every k steps, chunk by chunk, equal to the
+    sample's own rollout; the progress callback sees every chunk once, in order."""
+    sample, measures, dt, _ = CASES["body"]
+    seen = []
+    r = rbjax.monte_carlo(
+        sample, 300, dt, 20, {"w_max": measures["w_max"]}, key=3, device_batch=128,
+        directory=tmp_path, trajectories=5, progress=seen.append,
+    )  # fmt: skip
+    assert [p.chunk for p in seen] == [0, 1, 2] and [p.done for p in seen] == [128, 256, 300]
+    assert seen[-1].total == 300 and not any(p.resumed for p in seen)
+    files = sorted(f for f in os.listdir(tmp_path) if f.startswith("traj-"))
+    assert files == ["traj-000000.npz", "traj-000001.npz", "traj-000002.npz"]
+    last = np.load(tmp_path / files[-1])
+    np.testing.assert_array_equal(last["ids"], np.arange(256, 300))
+    assert last["q"].shape == (44, 5, 1, 7)  # 20 steps saved every 5, the initial state too
+    key = jax.random.key(3)
+    model, state = sample(jax.random.fold_in(key, 299), jnp.asarray(299, jnp.int32))
+    traj = rbjax.rollout(model, state, dt, 20, save_every=5)
+    np.testing.assert_allclose(last["q"][-1], traj.q, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(last["u"][-1], traj.u, rtol=1e-12, atol=1e-14)
+    assert r.samples is not None and r.samples["w_max"].shape == (300, 3)
