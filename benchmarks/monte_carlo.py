@@ -287,6 +287,69 @@ def precision(n):
     return [row]
 
 
+def tables(records) -> str:
+    """The sections of a results file as markdown tables (also used by benchmarks/table.py)."""
+    sec = {r["section"]: r["rows"] for r in records}
+    out = []
+    if rows := sec.get("throughput"):
+        out.append(
+            "| workload | B | steps | rollout samples/s | runner, `Final` only | ratio | runner, "
+            "example measures | ratio | runner compile s (Final / measures) |\n"
+            "|---|---|---|---|---|---|---|---|---|\n"
+            + "\n".join(
+                f"| {r['workload']} | {r['batch']} | {r['steps']} | "
+                f"{r['rollout_samples_per_s']:.0f} | {r['runner_final_samples_per_s']:.0f} | "
+                f"{r['ratio_final']:.2f} | {r['runner_measures_samples_per_s']:.0f} | "
+                f"{r['ratio_measures']:.2f} | {r['runner_final_compile_s']:.1f} / "
+                f"{r['runner_measures_compile_s']:.1f} |"
+                for r in rows
+            )
+        )
+    if rows := sec.get("scaling"):
+        out.append(
+            "| workload | devices | samples/s | compile s |\n|---|---|---|---|\n"
+            + "\n".join(
+                f"| {r['workload']} | {r['devices']} | {r['samples_per_s']:.0f} | "
+                f"{r['compile_s']:.1f} |"
+                for r in rows
+            )
+        )
+    if rows := sec.get("memory"):
+        out.append(
+            "| samples | keep_samples | peak RSS MiB | wall s |\n|---|---|---|---|\n"
+            + "\n".join(
+                f"| {r['samples']} | {r['keep_samples']} | {r['peak_rss_mib']:.0f} | "
+                f"{r['wall_s']:.1f} |"
+                for r in rows
+            )
+        )
+    if rows := sec.get("resume"):
+        out.append(
+            "| samples × steps | in memory s | to disk s | resume, complete s | resume, half s |"
+            "\n|---|---|---|---|---|\n"
+            + "\n".join(
+                f"| {r['samples']} × {r['steps']} | {r['in_memory_s']:.2f} | "
+                f"{r['to_disk_s']:.2f} | {r['resume_complete_s']:.2f} | "
+                f"{r['resume_half_s']:.2f} |"
+                for r in rows
+            )
+        )
+    if rows := sec.get("precision"):
+        out.append(
+            "| samples | flip time max / median \\|Δ\\| s | mean f64 / f32 s | std f64 / f32 s | "
+            "energy drift max f64 / f32 J |\n|---|---|---|---|---|\n"
+            + "\n".join(
+                f"| {r['samples']} | {r['flip_max_abs_diff_s']:.1e} / "
+                f"{r['flip_median_abs_diff_s']:.1e} | {r['flip_mean_float64']:.6f} / "
+                f"{r['flip_mean_float32']:.6f} | {r['flip_std_float64']:.6f} / "
+                f"{r['flip_std_float32']:.6f} | {r['energy_drift_max_float64']:.1e} / "
+                f"{r['energy_drift_max_float32']:.1e} |"
+                for r in rows
+            )
+        )
+    return "\n\n".join(out)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -311,8 +374,10 @@ def main(argv=None):
     results["resume"] = resume(20_000 if args.quick else 100_000)
     print("precision:", flush=True)
     results["precision"] = precision(4096 if args.quick else 20_000)
+    records = [{"section": k, "rows": v} for k, v in results.items()]
+    print(tables(records))
     if args.json:
-        write_run([{"section": k, "rows": v} for k, v in results.items()], args.json)
+        write_run(records, args.json)
 
 
 if __name__ == "__main__":

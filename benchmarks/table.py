@@ -311,6 +311,20 @@ def readme() -> str:
             "Not measured (the session's device time ran out): " + "; ".join(d["unfinished"]) + "."
         ),
     )
+    if (data := _results("monte_carlo.json")) is not None:
+        import monte_carlo
+
+        parts += [
+            "## Monte-Carlo runner",
+            "`python benchmarks/monte_carlo.py`: `rbjax.monte_carlo` against a bare batched "
+            "`rollout` of the same samples on one device (bodies: the flips example, 1000 RK4 "
+            "steps; tops: the heavy-top example, 500 steps; target ≥ 0.9×), over 1, 2 and 4 CPU "
+            "devices, peak memory of a fresh process against the number of samples (target: "
+            "flat), writing to disk and resuming, and the same bodies in float32 and float64; "
+            "medians, compile seconds apart, float64.",
+            monte_carlo.tables(data["records"]),
+            _meta_line(data["meta"]),
+        ]
     if (data := _results("implicit.json")) is not None:
         import implicit
 
