@@ -159,3 +159,38 @@ def test_an_event_that_does_not_happen_is_nan_and_bad_measures_are_named():
         rbjax.Drift(lambda m, s: s.t, limit=-1)
     with pytest.raises(ValueError, match="bins"):
         rbjax.Maximum(lambda m, s: s.t, bins=[1.0, 0.0])
+
+
+def test_located_minimum_and_its_derivative_match_the_conservation_laws():
+    """Torque-free body: where ω₂ passes through 0 during the flip, ω₃ is extreme, and energy
+    and angular momentum give ω₃² = (L² − 2T I₁) / (I₃ (I₃ − I₁)). The located minimum of ω₃
+    (it is negative here) and its derivative in I₃ (envelope theorem) against the closed form
+    and its central difference."""
+
+    def closed_form(i3):
+        inertia = np.array([1.0, 2.0, i3])
+        two_t = np.sum(inertia * W_FLIP**2)
+        l2 = np.sum((inertia * W_FLIP) ** 2)
+        return -np.sqrt((l2 - two_t * inertia[0]) / (i3 * (i3 - inertia[0])))
+
+    lowest = {"w3": rbjax.Minimum(lambda m, s: s.u[0, 6], located=True)}
+    state = rbjax.make_state(omega_body=[W_FLIP])
+
+    def w3_min(i3):
+        traj = rbjax.rollout(flip_model(i3), state, 1e-2, 300, save_every=300, measures=lowest)
+        return traj.measures["w3"]
+
+    i3 = I_FLIP[2]
+    value, grad = jax.value_and_grad(w3_min)(jnp.asarray(i3))
+    e = 1e-5
+    ref = (closed_form(i3 + e) - closed_form(i3 - e)) / (2 * e)
+    discrete = (w3_min(i3 + e) - w3_min(i3 - e)) / (2 * e)  # of the computed minimum
+    print(
+        f"\n[flip] min ω₃ {float(value) - closed_form(i3):.1e}, d/dI₃ {float(grad) - ref:.1e} "
+        f"(closed form), {float(grad) - float(discrete):.1e} (difference of the computed)"
+    )
+    assert abs(float(value) - closed_form(i3)) < 1e-8
+    # reverse mode is the derivative of the computed minimum; that converges to the exact
+    # derivative more slowly than the value (measured 3.6e-6 at dt = 10 ms, 6.4e-7 at 5 ms)
+    assert abs(float(grad) - float(discrete)) < 1e-8 * abs(ref)
+    assert abs(float(grad) - ref) < 1e-5 * abs(ref)
