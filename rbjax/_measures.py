@@ -157,8 +157,11 @@ class Maximum(_Extremum):
     ``located=True`` (scalar ``fn``): the maximum of fn along the steps' dense output (cubic
     Hermite, as for :class:`Event`) on the two steps around the largest sampled value, found
     where d fn/dθ changes sign (bisection, slope by forward mode); its derivative is ∂fn/∂p
-    at the located point (envelope theorem). Without it the value is sampled at the steps,
-    low by up to ~|f̈| h²/8.
+    at the located point (envelope theorem). The value is as accurate as the dense output
+    (O(h⁴)); its derivative converges more slowly, like the located time (measured on the
+    torque-free flip: relative error 3.6e-6 at h = 10 ms, 6.4e-7 at 5 ms, against 2e-9 for
+    the value). Without ``located`` the value is sampled at the steps, low by up to
+    ~|f̈| h²/8.
     """
 
     def __init__(self, fn, *, located=False, bins=None):
