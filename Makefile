@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/free_body.py --json benchmarks/results/free_body.json
 	$(PY) benchmarks/mechanisms.py --json benchmarks/results/mechanisms.json
 	$(PY) benchmarks/gradients.py --sweep --json benchmarks/results/gradients.json
+	$(PY) benchmarks/monte_carlo.py --json benchmarks/results/monte_carlo.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache build site *.egg-info
