@@ -213,10 +213,18 @@ def test_derivatives_tree_vs_dense():
         rbjax.Distance.between(q0, 2, rbjax.GROUND, point_i=[2.5, 0, 0], point_j=[2.5, 0, -1])
     )
     model = rbjax.Model(bodies, joints=joints, gravity=[0.0, 0.0, -9.81])
+    # a consistent state written down (rbjax.assemble compiles for ~15 s): the links at q0,
+    # link 0 turning about the hinge axis y at a, link 1 about y and z (the universal's axes)
+    # at (b, c) about the joint point (1, 0, 0), link 2 at (d, e, f) about (2, 0, 0) with
+    # e = −2(a + b), so that the tip (2.5, 0, 0) moves perpendicular to the distance rod
+    a, b, c, d, f = 0.2, -0.1, 0.2, 0.2, 0.2
+    e = -2.0 * (a + b)
     state = rbjax.make_state(
-        position=q0[:, :3], quaternion=q0[:, 3:], omega_body=0.2 * np.ones((q0.shape[0], 3))
+        position=q0[:, :3],
+        quaternion=q0[:, 3:],
+        velocity=[[0, 0, -0.5 * a], [0, 0.5 * c, -a - 0.5 * b], [0, c + 0.5 * f, -a - b - 0.5 * e]],
+        omega_body=[[0, a, 0], [0, b, c], [d, e, f]],
     )
-    state = rbjax.assemble(model, state)
     arrays, static = eqx.partition(model, eqx.is_array)
     weights = jnp.linspace(0.5, 1.5, 7 * model.nb).reshape(model.nb, 7)
 
@@ -227,15 +235,9 @@ def test_derivatives_tree_vs_dense():
     def both(arr, st):  # reverse mode transposes the solve's jvp rule: both are exercised
         return jax.value_and_grad(loss, argnums=(0, 1))(arr, st)
 
-    ref = _with_method("dense", both, arrays, state)
-    got = _with_method("tree", both, arrays, state)
-    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(ref), strict=True):
-        scale = max(float(jnp.max(jnp.abs(b))), 1.0)
-        assert_close(a / scale, b / scale, rtol=0, atol=1e-10)
-
-    # the dense gradient itself against central differences of the loss (an independent
-    # reference for reverse mode through a loop closure), along one random direction in
-    # (model arrays, state)
+    # the dense gradient is also checked against central differences of the loss (an
+    # independent reference for reverse mode through a loop closure) along one random direction
+    # in (model arrays, state); both points are evaluated in the dense program itself
     rng = np.random.default_rng(3)
     direction = jax.tree.map(
         lambda x: (
@@ -246,13 +248,22 @@ def test_derivatives_tree_vs_dense():
         (arrays, state),
     )
 
-    def along(e):  # the loss at (arrays, state) + e · direction
-        return loss(*jax.tree.map(lambda x, d: x + e * d, (arrays, state), direction))
+    def along(arr, st, e):  # the loss at (arr, st) + e · direction
+        return loss(*jax.tree.map(lambda x, d: x + e * d, (arr, st), direction))
 
-    # central difference at h = 1e-7: measured 3e-11 relative to autodiff (the loss is strongly
-    # curved along this direction: h = 1e-5 is still 2e-4 off); both points in one program
+    def both_and_fd(arr, st, hs):
+        return both(arr, st), jax.vmap(along, (None, None, 0))(arr, st, hs)
+
+    # central difference at h = 1e-7: measured 2.3e-8 relative to autodiff, with this state and
+    # with the assembled one it replaces (the loss is strongly curved along this direction:
+    # h = 1e-6 is 2.3e-6 off, h = 1e-5 2e-4)
     h = 1e-7
-    fp, fm = _with_method("dense", jax.vmap(along), jnp.asarray([h, -h]))
+    ref, (fp, fm) = _with_method("dense", both_and_fd, arrays, state, jnp.asarray([h, -h]))
+    got = _with_method("tree", both, arrays, state)
+    for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(ref), strict=True):
+        scale = max(float(jnp.max(jnp.abs(y))), 1.0)
+        assert_close(x / scale, y / scale, rtol=0, atol=1e-10)
+
     fd = (float(fp) - float(fm)) / (2 * h)
     grad = ref[1]
     directional = sum(

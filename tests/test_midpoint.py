@@ -112,12 +112,51 @@ def test_stiff_step_converges_and_flags_the_dense_derivative():
     assert_close(z, _exact_root(model, t, q, u, h), rtol=0, atol=1e-12)
 
 
+def _two_link_states():
+    """The 2-link chain (revolute about y at the origin, universal at (1, 0, 0) with pins y on
+    link 0 and z on link 1), ScalableDAE, in two consistent states written down (rather than
+    ``rbjax.assemble``d: its compilation took a quarter of the test): link 0 turned by α about
+    y, link 1 by α + β about y and then γ about its own z, at rates (α̇, β̇, γ̇)."""
+    _, bodies, joints = chain(2)
+    model = rbjax.Model(
+        bodies, joints=joints, gravity=[0.0, 0.0, -9.81], formulation=rbjax.ScalableDAE()
+    )
+
+    def rot(axis, a):  # rotation matrix and quaternion of the angle a about e_axis
+        e = np.eye(3)[axis]
+        k = np.cross(np.eye(3), e)  # k v = e × v
+        return np.eye(3) + np.sin(a) * k + (1 - np.cos(a)) * k @ k, np.r_[np.cos(a / 2), np.sin(a / 2) * e]  # fmt: skip
+
+    def qmul(a, b):
+        return np.r_[a[0] * b[0] - a[1:] @ b[1:], a[0] * b[1:] + b[0] * a[1:] + np.cross(a[1:], b[1:])]  # fmt: skip
+
+    states = []
+    for al, be, ga, dal, dbe, dga in [
+        (0.3, -0.5, 0.4, 0.7, -0.4, 0.9),
+        (-1.0, 0.8, -0.6, -0.3, 0.5, 0.6),
+    ]:
+        (r0, p0), (r01, p01), (rz, pz) = rot(1, al), rot(1, al + be), rot(2, ga)
+        r1 = r01 @ rz
+        c0, pin = r0 @ [0.5, 0, 0], r0 @ [1.0, 0, 0]
+        c1 = pin + r1 @ [0.5, 0, 0]
+        w0, w1 = np.array([0, dal, 0]), np.array([0, dal + dbe, 0]) + r01 @ [0, 0, dga]
+        states.append(
+            rbjax.make_state(
+                position=[c0, c1],
+                quaternion=[p0, qmul(p01, pz)],
+                velocity=[np.cross(w0, c0), np.cross(w0, pin) + np.cross(w1, c1 - pin)],
+                omega_body=[r0.T @ w0, r1.T @ w1],
+            )
+        )
+    return model, jax.tree.map(lambda *x: jnp.stack(x), *states)
+
+
 def test_step_derivatives_against_exact_newton():
     """d(q, u after one step)/d(u before) of a 2-link chain (revolute + universal,
     ScalableDAE, h = 1e-3), whose derivatives take the refinement with P, against the same
     step with ``newton="exact"`` (a dense LU of the exact Jacobian). Reverse mode through the
     refinement: tests/test_transforms.py (jacfwd = jacrev, jvp = grad · direction)."""
-    model, s0 = _mechanism("chain", rbjax.ScalableDAE(), n=2)
+    model, s0 = _two_link_states()
     t, q, u = _components(s0)
     h = jnp.asarray(1e-3)
 
