@@ -22,6 +22,8 @@ fast math on CPU), and every tolerance applies unchanged.
 """
 
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 for _flag in ("--xla_cpu_use_fusion_emitters=false", "--xla_backend_optimization_level=0"):
@@ -37,6 +39,23 @@ import rbjax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
+
+# One persistent compilation cache per test run, shared by the xdist workers: a program that
+# several tests (or both workers) compile is compiled once and loaded from disk after that.
+# The process that starts the run (pytest's controller, or the only process) creates an empty
+# directory and names it in the environment, which the workers inherit; it removes it at the
+# end. Every run therefore starts cold, like CI.
+_OWN_CACHE = "RBJAX_TEST_XLA_CACHE" not in os.environ
+if _OWN_CACHE:
+    os.environ["RBJAX_TEST_XLA_CACHE"] = tempfile.mkdtemp(prefix="rbjax-tests-xla-")
+jax.config.update("jax_compilation_cache_dir", os.environ["RBJAX_TEST_XLA_CACHE"])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _OWN_CACHE:
+        shutil.rmtree(os.environ["RBJAX_TEST_XLA_CACHE"], ignore_errors=True)
 
 
 settings.register_profile("rbjax", max_examples=60, deadline=None, derandomize=True)
