@@ -287,66 +287,55 @@ def precision(n):
     return [row]
 
 
+def _md(columns, lines) -> str:
+    """A markdown table: the header ``columns`` and one row per string of ``lines``."""
+    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
+    return head + "\n".join(f"| {line} |" for line in lines)
+
+
 def tables(records) -> str:
     """The sections of a results file as markdown tables (also used by benchmarks/table.py)."""
     sec = {r["section"]: r["rows"] for r in records}
     out = []
     if rows := sec.get("throughput"):
-        out.append(
-            "| workload | B | steps | rollout samples/s | runner, `Final` only | ratio | runner, "
-            "example measures | ratio | runner compile s (Final / measures) |\n"
-            "|---|---|---|---|---|---|---|---|---|\n"
-            + "\n".join(
-                f"| {r['workload']} | {r['batch']} | {r['steps']} | "
-                f"{r['rollout_samples_per_s']:.0f} | {r['runner_final_samples_per_s']:.0f} | "
-                f"{r['ratio_final']:.2f} | {r['runner_measures_samples_per_s']:.0f} | "
-                f"{r['ratio_measures']:.2f} | {r['runner_final_compile_s']:.1f} / "
-                f"{r['runner_measures_compile_s']:.1f} |"
-                for r in rows
-            )
-        )
+        cols = ["workload", "B", "steps", "rollout samples/s", "runner, `Final` only", "ratio",
+                "runner, example measures", "ratio", "runner compile s (Final / measures)"]  # fmt: skip
+        out.append(_md(cols, (
+            f"{r['workload']} | {r['batch']} | {r['steps']} | {r['rollout_samples_per_s']:.0f} | "
+            f"{r['runner_final_samples_per_s']:.0f} | {r['ratio_final']:.2f} | "
+            f"{r['runner_measures_samples_per_s']:.0f} | {r['ratio_measures']:.2f} | "
+            f"{r['runner_final_compile_s']:.1f} / {r['runner_measures_compile_s']:.1f}"
+            for r in rows
+        )))  # fmt: skip
     if rows := sec.get("scaling"):
-        out.append(
-            "| workload | devices | samples/s | compile s |\n|---|---|---|---|\n"
-            + "\n".join(
-                f"| {r['workload']} | {r['devices']} | {r['samples_per_s']:.0f} | "
-                f"{r['compile_s']:.1f} |"
-                for r in rows
-            )
-        )
+        out.append(_md(["workload", "devices", "samples/s", "compile s"], (
+            f"{r['workload']} | {r['devices']} | {r['samples_per_s']:.0f} | {r['compile_s']:.1f}"
+            for r in rows
+        )))  # fmt: skip
     if rows := sec.get("memory"):
-        out.append(
-            "| samples | keep_samples | peak RSS MiB | wall s |\n|---|---|---|---|\n"
-            + "\n".join(
-                f"| {r['samples']} | {r['keep_samples']} | {r['peak_rss_mib']:.0f} | "
-                f"{r['wall_s']:.1f} |"
-                for r in rows
-            )
-        )
+        out.append(_md(["samples", "keep_samples", "peak RSS MiB", "wall s"], (
+            f"{r['samples']} | {r['keep_samples']} | {r['peak_rss_mib']:.0f} | {r['wall_s']:.1f}"
+            for r in rows
+        )))  # fmt: skip
     if rows := sec.get("resume"):
-        out.append(
-            "| samples × steps | in memory s | to disk s | resume, complete s | resume, half s |"
-            "\n|---|---|---|---|---|\n"
-            + "\n".join(
-                f"| {r['samples']} × {r['steps']} | {r['in_memory_s']:.2f} | "
-                f"{r['to_disk_s']:.2f} | {r['resume_complete_s']:.2f} | "
-                f"{r['resume_half_s']:.2f} |"
-                for r in rows
-            )
-        )
+        cols = ["samples × steps", "in memory s", "to disk s", "resume, complete s",
+                "resume, half s"]  # fmt: skip
+        out.append(_md(cols, (
+            f"{r['samples']} × {r['steps']} | {r['in_memory_s']:.2f} | {r['to_disk_s']:.2f} | "
+            f"{r['resume_complete_s']:.2f} | {r['resume_half_s']:.2f}"
+            for r in rows
+        )))  # fmt: skip
     if rows := sec.get("precision"):
-        out.append(
-            "| samples | flip time max / median \\|Δ\\| s | mean f64 / f32 s | std f64 / f32 s | "
-            "energy drift max f64 / f32 J |\n|---|---|---|---|---|\n"
-            + "\n".join(
-                f"| {r['samples']} | {r['flip_max_abs_diff_s']:.1e} / "
-                f"{r['flip_median_abs_diff_s']:.1e} | {r['flip_mean_float64']:.6f} / "
-                f"{r['flip_mean_float32']:.6f} | {r['flip_std_float64']:.6f} / "
-                f"{r['flip_std_float32']:.6f} | {r['energy_drift_max_float64']:.1e} / "
-                f"{r['energy_drift_max_float32']:.1e} |"
-                for r in rows
-            )
-        )
+        cols = ["samples", "flip time max / median \\|Δ\\| s", "mean f64 / f32 s",
+                "std f64 / f32 s", "energy drift max f64 / f32 J", "failed f32"]  # fmt: skip
+        out.append(_md(cols, (
+            f"{r['samples']} | {r['flip_max_abs_diff_s']:.1e} / "
+            f"{r['flip_median_abs_diff_s']:.1e} | {r['flip_mean_float64']:.6f} / "
+            f"{r['flip_mean_float32']:.6f} | {r['flip_std_float64']:.6f} / "
+            f"{r['flip_std_float32']:.6f} | {r['energy_drift_max_float64']:.1e} / "
+            f"{r['energy_drift_max_float32']:.1e} | {r['failed_float32']}"
+            for r in rows
+        )))  # fmt: skip
     return "\n\n".join(out)
 
 

@@ -122,4 +122,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    rbjax.compilation_cache()  # compiled programs kept on disk for the next run
     main()

@@ -169,4 +169,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    rbjax.compilation_cache()  # compiled programs kept on disk for the next run
     main()
