@@ -192,10 +192,10 @@ def _free_port():
 def test_two_processes_of_two_devices_equal_one_process_bit_for_bit(tmp_path, body_run):
     """jax.distributed on localhost (gloo collectives on CPU), 2 processes × 2 CPU devices, one
     mesh over the 4 devices; process 0 writes the run. Same samples and statistics, to the
-    bit, as one process sharding over 4 devices and over 2 devices; within one unit in the last
-    place of the single-device run in this process (compiled without SPMD partitioning)."""
-    single = _worker(tmp_path / "single.npz", "--devices", 4, "--mesh", 4, 2)
-    _same(single, single, "4:", "2:")
+    bit, as one process sharding over 4 devices; within one unit in the last place of the
+    single-device run in this process (compiled without SPMD partitioning). (2 against 4
+    devices in one process: the tops' test below.)"""
+    single = _worker(tmp_path / "single.npz", "--devices", 4, "--mesh", 4)
     port = _free_port()
     common = ["--devices", 2, "--coordinator", f"localhost:{port}", "--num-processes", 2]
     out = tmp_path / "mp.npz"
