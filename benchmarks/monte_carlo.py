@@ -35,8 +35,8 @@ import time
 
 import jax
 
-if __name__ == "__main__" and "--child" not in sys.argv:
-    jax.config.update("jax_num_cpu_devices", 4)
+if __name__ == "__main__":  # before anything touches JAX: 2 devices in a memory child
+    jax.config.update("jax_num_cpu_devices", 2 if "--child" in sys.argv else 4)
 jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
@@ -80,8 +80,8 @@ def _median(xs):
     return float(statistics.median(xs))
 
 
-def bare(name, repeats):
-    """rollout of the sampler's batch (vmapped on the host side: built once, then timed)."""
+def _bare_call(name):
+    """A timed call of ``rollout`` on the sampler's batch (built once, outside the timing)."""
     sample, _, dt, steps, batch = WORKLOADS[name]
     key = jax.random.key(0)
     ids = jnp.arange(batch, dtype=jnp.int32)
@@ -90,31 +90,32 @@ def bare(name, repeats):
     model = jax.tree.map(lambda x: x[0] if jnp.all(x == x[:1]) else x, model)
 
     def call():
-        traj = rbjax.rollout(model, state, dt, steps, save_every=steps)
-        return jax.block_until_ready(traj.q)
-
-    t0 = time.perf_counter()
-    call()
-    first = time.perf_counter() - t0
-    runs = []
-    for _ in range(repeats):
         t0 = time.perf_counter()
-        call()
-        runs.append(time.perf_counter() - t0)
-    run = _median(runs)
-    return {"first_call_s": first, "run_s": run, "samples_per_s": batch / run}
+        traj = rbjax.rollout(model, state, dt, steps, save_every=steps)
+        jax.block_until_ready(traj.q)
+        return time.perf_counter() - t0
+
+    return call
 
 
-def runner(name, measures, devices, repeats, n_chunks=4):
+def _runner_call(name, measures, devices, n_chunks=4):
+    """A call of the runner on ``n_chunks`` chunks of the bare rollout's batch: samples/s."""
     sample, _, dt, steps, batch = WORKLOADS[name]
-    n = batch * n_chunks
-    out = []
-    for k in range(repeats + 1):  # the first call compiles; the next ones reuse its program
+    calls = iter(range(10**6))
+
+    def call():
         r = rbjax.monte_carlo(
-            sample, n, dt, steps, measures, key=k, devices=devices, chunk_size=batch,
-            progress=False,
+            sample, batch * n_chunks, dt, steps, measures, key=next(calls), devices=devices,
+            chunk_size=batch, progress=False,
         )  # fmt: skip
-        out.append(r.timing)
+        return r.timing
+
+    return call
+
+
+def runner(name, measures, devices, repeats):
+    call = _runner_call(name, measures, devices)
+    out = [call() for _ in range(repeats + 1)]  # the first compiles (or reuses a program)
     return {
         "compile_s": out[0]["compile_s"],
         "samples_per_s": _median([t["samples_per_s"] for t in out[1:]]),
@@ -122,28 +123,38 @@ def runner(name, measures, devices, repeats, n_chunks=4):
 
 
 def throughput(repeats):
+    """Bare rollout and runner timed in alternation, round after round (this machine changes
+    speed between processes and over minutes); the ratios are medians of per-round ratios."""
     rows = []
     for name, (_, measures, _dt, steps, batch) in WORKLOADS.items():
-        ref = bare(name, repeats)
-        plain = runner(name, FINAL, 1, repeats)
-        full = runner(name, measures, 1, repeats)
+        bare = _bare_call(name)
+        plain = _runner_call(name, FINAL, 1)
+        full = _runner_call(name, measures, 1)
+        first = bare()
+        compile_plain, compile_full = plain()["compile_s"], full()["compile_s"]
+        rounds = []
+        for _ in range(max(repeats, 5)):
+            b = batch / bare()
+            rounds.append((b, plain()["samples_per_s"], full()["samples_per_s"]))
+        ref = _median([r[0] for r in rounds])
         rows.append(
             {
-                "workload": name, "batch": batch, "steps": steps,
-                "rollout_first_call_s": ref["first_call_s"],
-                "rollout_samples_per_s": ref["samples_per_s"],
-                "runner_final_compile_s": plain["compile_s"],
-                "runner_final_samples_per_s": plain["samples_per_s"],
-                "runner_measures_compile_s": full["compile_s"],
-                "runner_measures_samples_per_s": full["samples_per_s"],
-                "ratio_final": plain["samples_per_s"] / ref["samples_per_s"],
-                "ratio_measures": full["samples_per_s"] / ref["samples_per_s"],
+                "workload": name, "batch": batch, "steps": steps, "rounds": len(rounds),
+                "rollout_first_call_s": first,
+                "rollout_samples_per_s": ref,
+                "runner_final_compile_s": compile_plain,
+                "runner_final_samples_per_s": _median([r[1] for r in rounds]),
+                "runner_measures_compile_s": compile_full,
+                "runner_measures_samples_per_s": _median([r[2] for r in rounds]),
+                "ratio_final": _median([r[1] / r[0] for r in rounds]),
+                "ratio_measures": _median([r[2] / r[0] for r in rounds]),
             }
         )  # fmt: skip
+        r = rows[-1]
         print(
-            f"  {name:7s} B={batch:5d} rollout {ref['samples_per_s']:8.0f} /s | runner "
-            f"Final {plain['samples_per_s']:8.0f} /s ({rows[-1]['ratio_final']:.2f}x) | "
-            f"measures {full['samples_per_s']:8.0f} /s ({rows[-1]['ratio_measures']:.2f}x)",
+            f"  {name:7s} B={batch:5d} rollout {ref:8.0f} /s | runner Final "
+            f"{r['runner_final_samples_per_s']:8.0f} /s ({r['ratio_final']:.2f}x) | measures "
+            f"{r['runner_measures_samples_per_s']:8.0f} /s ({r['ratio_measures']:.2f}x)",
             flush=True,
         )
     return rows
@@ -162,16 +173,19 @@ def scaling(repeats):
 
 
 def child_memory(n, keep):
-    """(in a fresh process) peak RSS of a run of n bodies, 20 steps."""
-    jax.config.update("jax_num_cpu_devices", 2)
+    """(in a fresh process with 2 CPU devices) peak RSS of a run of n bodies, 20 steps."""
     sample, measures, dt, _, _ = WORKLOADS["bodies"]
     t0 = time.perf_counter()
-    rbjax.monte_carlo(
+    result = rbjax.monte_carlo(
         sample, n, dt, 20, measures, key=0, chunk_size=16384, keep_samples=keep, progress=False
     )
     wall = time.perf_counter() - t0
+    assert result.n_samples == n
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB on Linux
-    print(json.dumps({"samples": n, "keep_samples": keep, "peak_rss_mib": rss, "wall_s": wall}))
+    with open("/proc/self/status") as fh:  # resident now, with the result still held
+        now = next(int(x.split()[1]) for x in fh if x.startswith("VmRSS")) / 1024
+    row = {"samples": n, "keep_samples": keep, "peak_rss_mib": rss, "end_rss_mib": now}
+    print(json.dumps(row | {"wall_s": wall}))
 
 
 def memory(sizes):
@@ -184,7 +198,8 @@ def memory(sizes):
             rows.append(row)
             print(
                 f"  {n:8d} samples, keep_samples={keep!s:5s}: peak RSS "
-                f"{row['peak_rss_mib']:7.0f} MiB ({row['wall_s']:.0f} s)",
+                f"{row['peak_rss_mib']:7.0f} MiB, at the end {row['end_rss_mib']:7.0f} MiB "
+                f"({row['wall_s']:.0f} s)",
                 flush=True,
             )
     return rows
@@ -313,8 +328,9 @@ def tables(records) -> str:
             for r in rows
         )))  # fmt: skip
     if rows := sec.get("memory"):
-        out.append(_md(["samples", "keep_samples", "peak RSS MiB", "wall s"], (
-            f"{r['samples']} | {r['keep_samples']} | {r['peak_rss_mib']:.0f} | {r['wall_s']:.1f}"
+        out.append(_md(["samples", "keep_samples", "peak RSS MiB", "RSS at the end MiB", "wall s"], (
+            f"{r['samples']} | {r['keep_samples']} | {r['peak_rss_mib']:.0f} | "
+            f"{r.get('end_rss_mib', float('nan')):.0f} | {r['wall_s']:.1f}"
             for r in rows
         )))  # fmt: skip
     if rows := sec.get("resume"):
@@ -346,23 +362,33 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     ap.add_argument("--quick", action="store_true", help="fewer repeats, smaller sizes")
     ap.add_argument("--child", nargs="*", default=None, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--sections", nargs="*", default=None,
+        help="run only these (throughput scaling memory resume precision); with --json, "
+        "replace them in an existing results file",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     if args.child:
         return child_memory(int(args.child[1]), bool(int(args.child[2])))
     repeats = 2 if args.quick else 3
     sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
     print(f"devices: {jax.devices()}", flush=True)
+    runs = {
+        "throughput": lambda: throughput(repeats),
+        "scaling": lambda: scaling(repeats),
+        "memory": lambda: memory(sizes),
+        "resume": lambda: resume(20_000 if args.quick else 100_000),
+        "precision": lambda: precision(4096 if args.quick else 20_000),
+    }
     results = {}
-    print("throughput (one device):", flush=True)
-    results["throughput"] = throughput(repeats)
-    print("scaling:", flush=True)
-    results["scaling"] = scaling(repeats)
-    print("memory:", flush=True)
-    results["memory"] = memory(sizes)
-    print("resume:", flush=True)
-    results["resume"] = resume(20_000 if args.quick else 100_000)
-    print("precision:", flush=True)
-    results["precision"] = precision(4096 if args.quick else 20_000)
+    for name, run in runs.items():
+        if args.sections is None or name in args.sections:
+            print(f"{name}:", flush=True)
+            results[name] = run()
+    if args.sections is not None and args.json and os.path.exists(args.json):
+        with open(args.json) as fh:
+            old = {r["section"]: r["rows"] for r in json.load(fh)["records"]}
+        results = {k: results.get(k, old.get(k)) for k in runs if k in results or k in old}
     records = [{"section": k, "rows": v} for k, v in results.items()]
     print(tables(records))
     if args.json:
