@@ -127,37 +127,41 @@ class _Extremum(AbstractMeasure):
                     f"{v0.shape[s0[0].ndim - 1 :]} per system, not a scalar. Fix: return one "
                     "number, or pass located=False for elementwise extrema at the steps."
                 )
-            return (v0, s0)  # (best value at the steps, state one step before it)
+            none = jnp.full_like(v0, -self._sign * jnp.inf)
+            # (largest interior peak of the samples, the state two steps before it, the
+            #  values two and one steps back, the state one step back, the first value)
+            return (none, s0, jnp.full_like(v0, self._sign * jnp.inf), v0, s0, v0)
         return v0
 
     def _update(self, acc, v, s_prev, s_new, h):
         if not self.located:
             return jnp.maximum(acc, v) if self._sign > 0 else jnp.minimum(acc, v)
-        best, bracket = acc
-        new = v > best if self._sign > 0 else v < best
-        keep = lambda old, cur, lead: jnp.where(_lift(new, cur.ndim, lead), cur, old)
-        bracket = (
-            keep(bracket[0], s_prev[0], 0),
-            keep(bracket[1], s_prev[1], 1),
-            keep(bracket[2], s_prev[2], 1),
-        )
-        return (jnp.where(new, v, best), bracket)
+        best, bracket, v2, v1, s1, v0 = acc
+        # the previous sample is an interior peak (v2 ≤ v1 > v): the extremum lies in the two
+        # steps around it, which start at the state two steps back (``s1`` before the shift)
+        sg = self._sign
+        peak = (sg * (v1 - v2) >= 0) & (sg * (v1 - v) > 0) & (sg * (v1 - best) > 0)
+        keep = lambda old, cur, lead: jnp.where(_lift(peak, cur.ndim, lead), cur, old)
+        bracket = tuple(keep(b, c, lead) for b, c, lead in zip(bracket, s1, (0, 1, 1), strict=True))
+        return (jnp.where(peak, v1, best), bracket, v1, v, s_prev, v0)
 
     def _finish(self, acc, locate):
         if not self.located:
             return acc
-        best, bracket = acc
-        return locate.extremum(self, best, bracket, self._sign)
+        best, bracket, _, last, _, first = acc
+        return locate.extremum(self, best, bracket, first, last, self._sign)
 
 
 @validates_inputs
 class Maximum(_Extremum):
     """max over the steps k = 0 … n of ``fn(model, s_k)`` (elementwise for array values).
 
-    ``located=True`` (scalar ``fn``): the maximum of fn along the steps' dense output (cubic
-    Hermite, as for :class:`Event`) on the two steps around the largest sampled value, found
-    where d fn/dθ changes sign (bisection, slope by forward mode); its derivative is ∂fn/∂p
-    at the located point (envelope theorem). The value is as accurate as the dense output
+    ``located=True`` (scalar ``fn``): the larger of the values at the first and last steps
+    and the maximum of fn along the steps' dense output (cubic Hermite, as for
+    :class:`Event`) on the two steps around the largest interior peak of the sampled values,
+    found where d fn/dθ changes sign (bisection, slope by forward mode); its derivative is
+    ∂fn/∂p at the located point (envelope theorem). (Of two interior peaks whose true heights
+    differ by less than the sampling error, the one sampled higher is located.) The value is as accurate as the dense output
     (O(h⁴)); its derivative converges more slowly, like the located time (measured on the
     torque-free flip: relative error 3.6e-6 at h = 10 ms, 6.4e-7 at 5 ms, against 2e-9 for
     the value). Without ``located`` the value is sampled at the steps, low by up to

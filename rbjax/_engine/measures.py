@@ -123,32 +123,30 @@ class Locator:
         theta = theta - jnp.where(safe, gt, 0) / jnp.where(safe, slope, 1)
         return jnp.where(found, bracket[0][..., 0] + theta * self.h, jnp.nan)
 
-    def extremum(self, measure, best, bracket, sign):
-        """The largest (sign +1) or smallest (−1) value of ``measure.fn`` along the dense
-        output of the two steps from ``bracket`` (the step before the best sampled value and
-        the step after it; only the first when that one ends the rollout). On each step the
-        candidates are its ends and, where sign·g' goes from + to −, the root of g' (bisection,
-        g' by forward mode). The value's derivative is ∂g/∂p at the located point (envelope
-        theorem: g' = 0 there), so no implicit-function step is needed."""
+    def extremum(self, measure, best, bracket, first, last, sign):
+        """The largest (sign +1) or smallest (−1) value of ``measure.fn``: the values at the
+        first and last steps, and the extremum of the dense output on the two steps from
+        ``bracket`` (the state two steps before the largest interior peak ``best`` of the
+        samples; ±inf where there was none). On each of the two steps the candidates are its
+        ends and, where sign·g' goes from + to −, the root of g' (bisection, g' by forward
+        mode). The value's derivative is ∂g/∂p at the located point (envelope theorem: g' = 0
+        there), so no implicit-function step is needed."""
         a, b = self._piece(bracket)
         _, c = self._piece(b[:3])
         dtype = bracket[0].dtype
         shape = best.shape
-        out = sign * best  # the sampled extremum is a candidate (and the fallback)
-        second = bracket[0][..., 0] + 1.5 * self.h < self.t_end
-        for lo, hi, valid in ((a, b, None), (b, c, second)):
+        found = jnp.isfinite(best)
+        out = jnp.maximum(sign * first, sign * last)
+        out = jnp.where(found, jnp.maximum(out, sign * best), out)
+        for lo, hi in ((a, b), (b, c)):
             model_f, lo_f, hi_f = self._fixed(lo, hi)
             g_fixed = self._dense(measure, lo_f, hi_f, model_f)
             slope = lambda th, g=g_fixed: sign * jax.jvp(g, (th,), (jnp.ones_like(th),))[1]
             zero, one = jnp.zeros(shape, dtype), jnp.ones(shape, dtype)
-            interior = (slope(zero) > 0) & (slope(one) < 0)
+            interior = found & (slope(zero) > 0) & (slope(one) < 0)
             theta = self._bisect(lambda th, s=slope: s(th) > 0, shape, dtype)
             g = self._dense(measure, lo, hi, self.model)
-            cand = jnp.maximum(sign * g(zero), sign * g(one))
-            cand = jnp.where(interior, jnp.maximum(cand, sign * g(theta)), cand)
-            if valid is not None:
-                cand = jnp.where(valid, cand, out)
-            out = jnp.maximum(out, cand)
+            out = jnp.where(interior, jnp.maximum(out, sign * g(theta)), out)
         return sign * out
 
 
