@@ -194,3 +194,28 @@ def test_located_minimum_and_its_derivative_match_the_conservation_laws():
     # derivative more slowly than the value (measured 3.6e-6 at dt = 10 ms, 6.4e-7 at 5 ms)
     assert abs(float(grad) - float(discrete)) < 1e-8 * abs(ref)
     assert abs(float(grad) - ref) < 1e-5 * abs(ref)
+
+
+def test_located_maximum_is_not_fooled_by_a_higher_last_sample():
+    """ω_y of the pendulum released from rest peaks at T/4 and 5T/4. With dt = (T/4) / 100.45
+    the first peak falls 0.45 dt from its nearest step and the run stops 0.25 dt BEFORE the
+    second, so the last sample is the largest sample while ω_y is still rising. The located
+    maximum must come from the interior peak (the closed form), not from the last sample."""
+    model = pendulum_model(rbjax.NewtonEuler())
+    phi0 = np.pi / 2
+    s0 = pendulum_state(phi0)
+    state = rbjax.make_state(position=s0[0][None, :3], quaternion=s0[0][None, 3:])
+    period = 4 * np.sqrt(PEND_IO / (PEND_M * G * PEND_D)) * scipy.special.ellipk(0.5)
+    dt = period / 4 / 100.45
+    speed = lambda m, s: s.u[0, 5]  # noqa: E731
+    measures = {"located": rbjax.Maximum(speed, located=True), "sampled": rbjax.Maximum(speed)}
+    traj = rbjax.rollout(model, state, dt, 502, measures=measures)
+    top = np.sqrt(2 * PEND_M * G * PEND_D * (1 - np.cos(phi0)) / PEND_IO)
+    w = np.asarray(traj.u[:, 0, 5])
+    assert np.argmax(w) == 502  # the premise: the last sample is the largest
+    print(
+        f"\n[peak] located {float(traj.measures['located']) - top:.1e}, last sample {w[-1] - top:.1e}"
+    )
+    # RK4 at this dt is good to ~4e-9; the last sample is 6.5e-5 low
+    assert abs(float(traj.measures["located"]) - top) < 1e-7
+    assert float(traj.measures["sampled"]) - top < -1e-5
