@@ -23,6 +23,7 @@ The accumulators are updated on the whole batch at once (the engine's layout); `
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 
 import equinox as eqx
@@ -68,9 +69,10 @@ class AbstractMeasure(eqx.Module):
     ``fn(model, state)`` is evaluated for one system; ``bins`` (optional increasing edges)
     asks :func:`rbjax.monte_carlo` for a histogram of the measure over samples.
 
-    Subclasses implement ``_init(v0, s0)``, ``_update(acc, v, s_prev)`` and
+    Subclasses implement ``_init(v0, s0)``, ``_update(acc, v, s_prev, s_new, h)`` and
     ``_finish(acc, locate)`` on batched values ``v`` (*batch, ...) and component-first states
-    ``s = (t, q, u)``; ``locate`` refines events (engine, rbjax/_engine/events.py).
+    ``s = (t, q, u)``; ``locate`` (rbjax/_engine/measures.py ``Locator``) evaluates final
+    values and locates events and extrema on the dense output.
     """
 
     fn: Callable = eqx.field(static=True)
@@ -78,14 +80,17 @@ class AbstractMeasure(eqx.Module):
 
     _per_step = True  # class attribute: fn is evaluated after every step
 
+    @abc.abstractmethod
     def _init(self, v0, s0):
-        raise NotImplementedError
+        """The accumulator at the initial state (``v0`` is fn there, None if not per step)."""
 
+    @abc.abstractmethod
     def _update(self, acc, v, s_prev, s_new, h):
-        raise NotImplementedError
+        """The accumulator after the step from ``s_prev`` to ``s_new`` (``v`` = fn(s_new))."""
 
+    @abc.abstractmethod
     def _finish(self, acc, locate):
-        raise NotImplementedError
+        """The measure's value per system from its final accumulator."""
 
     @property
     def _limit(self):
@@ -118,6 +123,12 @@ class _Extremum(AbstractMeasure):
 
     located: bool = eqx.field(static=True, default=False, kw_only=True)
     _sign = 1.0
+
+    def __init__(self, fn, *, located=False, bins=None):
+        _check_fn(type(self).__name__, fn)
+        self.fn = fn
+        self.located = bool(located)
+        self.bins = _bins(type(self).__name__, bins)
 
     def _init(self, v0, s0):
         if self.located:
@@ -161,18 +172,12 @@ class Maximum(_Extremum):
     :class:`Event`) on the two steps around the largest interior peak of the sampled values,
     found where d fn/dθ changes sign (bisection, slope by forward mode); its derivative is
     ∂fn/∂p at the located point (envelope theorem). (Of two interior peaks whose true heights
-    differ by less than the sampling error, the one sampled higher is located.) The value is as accurate as the dense output
-    (O(h⁴)); its derivative converges more slowly, like the located time (measured on the
-    torque-free flip: relative error 3.6e-6 at h = 10 ms, 6.4e-7 at 5 ms, against 2e-9 for
-    the value). Without ``located`` the value is sampled at the steps, low by up to
-    ~|f̈| h²/8.
+    differ by less than the sampling error, the one sampled higher is located.) The value is
+    as accurate as the dense output (O(h⁴)); its derivative converges more slowly, like the
+    located time (measured on the torque-free flip: relative error 3.6e-6 at h = 10 ms,
+    6.4e-7 at 5 ms, against 2e-9 for the value). Without ``located`` the value is sampled at
+    the steps, low by up to ~|f̈| h²/8.
     """
-
-    def __init__(self, fn, *, located=False, bins=None):
-        _check_fn("Maximum", fn)
-        self.fn = fn
-        self.located = bool(located)
-        self.bins = _bins("Maximum", bins)
 
 
 @validates_inputs
@@ -181,12 +186,6 @@ class Minimum(_Extremum):
     ``located=True`` as for :class:`Maximum`."""
 
     _sign = -1.0
-
-    def __init__(self, fn, *, located=False, bins=None):
-        _check_fn("Minimum", fn)
-        self.fn = fn
-        self.located = bool(located)
-        self.bins = _bins("Minimum", bins)
 
 
 @validates_inputs

@@ -153,6 +153,12 @@ def test_bad_arguments_raise_naming_the_field(tmp_path):
         rbjax.monte_carlo(sample, 10, dt, n, measures, devices=9)
     with pytest.raises(ValueError, match="key = 'x'"):
         rbjax.monte_carlo(sample, 10, dt, n, measures, key="x")
+    # JAX has started with one CPU device here: asking for it again is fine, for more is not
+    assert rbjax.use_cpu_cores(len(jax.devices("cpu"))) == len(jax.devices("cpu"))
+    with pytest.raises(RuntimeError, match="already started with 1 CPU device.*Fix: call"):
+        rbjax.use_cpu_cores(3)
+    with pytest.raises(ValueError, match=r"use_cpu_cores\(n=0\)"):
+        rbjax.use_cpu_cores(0)
 
 
 # ---------------------------------------------------------------- other processes

@@ -33,22 +33,21 @@ def use_cpu_cores(n: int | None = None) -> int:
     Returns the number of CPU devices. Equivalent to ``jax.config.update("jax_num_cpu_devices",
     n)``; the examples and benchmarks call it, so programs run by rbjax use every core.
     """
-    from jax._src import xla_bridge  # the one public-equivalent check JAX offers
-
     n = _cores() if n is None else n
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"use_cpu_cores(n={n!r}): n is not a positive integer. Fix: pass e.g. 4.")
-    if xla_bridge.backends_are_initialized():
+    try:  # JAX refuses the setting once its backends have started
+        jax.config.update("jax_num_cpu_devices", int(n))
+        return int(n)
+    except RuntimeError:
         have = len(jax.devices("cpu"))
         if have != n:
             raise RuntimeError(
                 f"use_cpu_cores({n}): JAX has already started with {have} CPU device(s). Fix: "
                 "call rbjax.use_cpu_cores() right after importing rbjax, before any JAX "
                 "computation (or set XLA_FLAGS=--xla_force_host_platform_device_count=N)."
-            )
+            ) from None
         return have
-    jax.config.update("jax_num_cpu_devices", int(n))
-    return int(n)
 
 
 def sample_mesh(devices) -> Mesh:
