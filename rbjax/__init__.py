@@ -8,6 +8,7 @@ One explicit public surface; the implementation lives in private modules. Quater
 import importlib.metadata as _metadata
 
 from . import advanced as advanced, quaternion as quaternion
+from ._actuators import Actuator as Actuator, ControlSequence as ControlSequence
 from ._analysis.assembly import assemble as assemble
 from ._analysis.gradients import (
     GradientHealth as GradientHealth,
@@ -19,6 +20,11 @@ from ._analysis.invariants import (
     linear_momentum as linear_momentum,
     potential_energy as potential_energy,
     total_energy as total_energy,
+)
+from ._analysis.joint_space import (
+    JointSpace as JointSpace,
+    joint_coordinates as joint_coordinates,
+    state_from_joint_coordinates as state_from_joint_coordinates,
 )
 from ._analysis.kinematics import (
     KinematicResult as KinematicResult,
@@ -37,6 +43,7 @@ from ._dynamics import (
 )
 from ._forces import (
     AbstractForce as AbstractForce,
+    AxialSpringDamper as AxialSpringDamper,
     BodyTorque as BodyTorque,
     ForceFunction as ForceFunction,
     PointForce as PointForce,
@@ -67,6 +74,7 @@ from ._integrators import (
     Projected as Projected,
     SemiImplicitEuler as SemiImplicitEuler,
 )
+from ._io.load import Loaded as Loaded, load as load
 from ._joints import (
     CustomConstraint as CustomConstraint,
     Cylindrical as Cylindrical,

@@ -595,3 +595,152 @@ class RotationalSpringDamper(AbstractForce):
 
     def _engine_resultants(self, model, t, q, u):
         return kernels.rsda(self, model, t, q, u)
+
+
+@validates_inputs
+class AxialSpringDamper(AbstractForce):
+    """Spring–damper–actuator along a sliding axis: the force element of a prismatic joint
+    (the translational counterpart of :class:`RotationalSpringDamper`; ME751 TSDA along a
+    translational joint, Negrut ME751).
+
+    The joint points are s̄_i on body i and s̄_j on body j (body axes, relative to each centre
+    of mass; ``GROUND``: world), the axis ā_i is in body i axes. With P = r + A s̄ and the unit
+    world axis z = A_i ā_i / |A_i ā_i|, the displacement and its rate are
+
+        x = zᵀ (P_j − P_i),     ẋ = d/dt x    (a jvp along q̇ = kinematics(q, u)),
+
+    and the force magnitude is f = −k (x − x0) − c ẋ + h(t, x, ẋ) [N]. The force f z acts on
+    body j at P_j and −f z on body i at the same world point P_j, so the pair has no net
+    moment, and on a Translational or Cylindrical joint its power is exactly f ẋ. x = 0 where
+    the two points coincide: build it with :meth:`at` so that x = 0 in the reference
+    configuration (MuJoCo's slide joint: x = qpos − ref).
+
+    ``stiffness`` k [N/m], ``damping`` c [N s/m], ``rest_length`` x0 [m] (any sign) and the
+    vectors are differentiable leaves; ``actuator`` h(t, x, ẋ) -> force [N] is an optional JAX
+    function or equinox Module (:class:`rbjax.Actuator`).
+    """
+
+    body_i: int = eqx.field(static=True)
+    body_j: int = eqx.field(static=True)
+    s_i: Float[Array, "3"]
+    s_j: Float[Array, "3"]
+    axis_i: Float[Array, "3"]
+    stiffness: Float[Array, ""]
+    damping: Float[Array, ""]
+    rest_length: Float[Array, ""]
+    actuator: Callable[..., Any] | None
+
+    def __init__(
+        self,
+        body_i: int,
+        body_j: int,
+        *,
+        s_i,
+        s_j,
+        axis_i,
+        stiffness=0.0,
+        damping=0.0,
+        rest_length=0.0,
+        actuator: Callable[..., Any] | None = None,
+    ):
+        name = "AxialSpringDamper"
+        self.body_i, self.body_j = _bodies(name, body_i, body_j)
+        self.s_i = _vec(f"{name}.s_i", s_i)
+        self.s_j = _vec(f"{name}.s_j", s_j)
+        self.axis_i = _vec(f"{name}.axis_i", axis_i)
+        if is_concrete(self.axis_i) and not np.linalg.norm(np.asarray(self.axis_i)) > 0.0:
+            fail(f"{name}.axis_i", axis_i, "has zero length", "give a nonzero direction")
+        self.stiffness = _scalar(
+            f"{name}.stiffness", stiffness, "give the stiffness k as one finite number in N/m"
+        )
+        self.damping = _scalar(
+            f"{name}.damping", damping, "give the damping c as one finite number in N s/m"
+        )
+        self.rest_length = _scalar(
+            f"{name}.rest_length", rest_length, "give the rest displacement x0 in m"
+        )
+        self.actuator = _actuator(name, actuator)
+
+    @classmethod
+    def at(cls, q0, body_i: int, body_j: int, *, point, axis, **kwargs) -> AxialSpringDamper:
+        """Build it from a configuration q0 (nb, 7) and world data: the joint ``point`` and
+        ``axis`` in q0 become s̄ = Aᵀ(point − r) on both bodies and ā_i = A_iᵀ axis, so x = 0
+        in q0. Other keyword arguments go to the constructor."""
+        name = f"{cls.__name__}.at"
+        q0 = np.asarray(q0, dtype=float)
+        if q0.ndim != 2 or q0.shape[-1] != 7:
+            raise ValueError(
+                f"{name}: q0 has shape {q0.shape}, expected (nb, 7). "
+                "Fix: pass one system's coordinates, e.g. state.q."
+            )
+        z = _unit(f"{name} axis", axis)
+        p = np.asarray(point, dtype=float)
+
+        def local(b, v, origin):
+            if b == GROUND:
+                return v
+            if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or not 0 <= b < len(q0):
+                raise ValueError(
+                    f"{name}: body {b!r} is not an index into q0 (nb = {q0.shape[0]}) or "
+                    "GROUND. Fix: use a body index in [0, nb) or rbjax.GROUND."
+                )
+            a = q0[b, 3:7]
+            return _rot_np(a / np.linalg.norm(a)).T @ (v - (q0[b, 0:3] if origin else 0.0))
+
+        return cls(
+            body_i,
+            body_j,
+            s_i=local(body_i, p, True),
+            s_j=local(body_j, p, True),
+            axis_i=local(body_i, z, False),
+            **kwargs,
+        )
+
+    def bodies(self) -> tuple[int, ...]:
+        return (self.body_i, self.body_j)
+
+    def _geometry(self, model, state: State):
+        """(z, P_j, x, ẋ) of one system."""
+        dtype = state.q.dtype
+
+        def placed(q):
+            def world(b, s, free):
+                s = jnp.asarray(s, dtype)
+                if b == GROUND:
+                    return s
+                return (q[b, 0:3] if free else 0.0) + quat.transform(q[b, 3:7], s)
+
+            z = world(self.body_i, self.axis_i, False)
+            z = z / jnp.sqrt(jnp.dot(z, z))
+            p_j = world(self.body_j, self.s_j, True)
+            return z, p_j, jnp.dot(z, p_j - world(self.body_i, self.s_i, True))
+
+        q_dot = jax.vmap(model.formulation.kinematics)(state.q, state.u)
+        (z, p_j, x), (_, _, rate) = jax.jvp(placed, (state.q,), (q_dot,))
+        return z, p_j, x, rate
+
+    def displacement_and_rate(self, model, state: State):
+        """(x, ẋ) [m, m/s] at ``state`` (any leading batch axes)."""
+
+        def one(st):
+            _, _, x, rate = self._geometry(model, st)
+            return x, rate
+
+        for _ in range(state.q.ndim - 2):
+            one = jax.vmap(one)
+        return one(state)
+
+    def wrench(self, model, t, state: State) -> Wrench:
+        dtype = state.q.dtype
+        z, p_j, x, rate = self._geometry(model, state)
+        k, c, x0 = (jnp.asarray(v, dtype) for v in (self.stiffness, self.damping, self.rest_length))
+        f = -(k * (x - x0) + c * rate)
+        if self.actuator is not None:
+            f = f + self.actuator(t, x, rate)
+        out = Wrench.zeros(model.nb, dtype)
+        for b, force in ((self.body_i, -f * z), (self.body_j, f * z)):
+            if b != GROUND:
+                a = state.q[b, 3:7]  # the material point of body b at P_j (eq. (75))
+                rho = quat.rotate_inverse(a, p_j - state.q[b, 0:3]) / quat.norm2(a)
+                out = out.add_point_force(b, a, rho, force)
+        return out

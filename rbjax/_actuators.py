@@ -1,0 +1,175 @@
+"""Actuators on a joint coordinate: MuJoCo's affine motor / position / velocity laws.
+
+An :class:`Actuator` is the actuator function h(t, x, ẋ) of a :class:`rbjax.RotationalSpringDamper`
+(x = θ, the hinge angle) or :class:`rbjax.AxialSpringDamper` (x the slider displacement). With the
+joint coordinate in MuJoCo's convention, X = x + offset (``offset`` is the joint's reference
+value ``ref``), the actuator length and velocity are L = g X and V = g ẋ (``gear`` g), and the
+generalized force on the joint is (MuJoCo documentation, "Actuation model")
+
+    f = g · clamp( (a₀ + a₁ L + a₂ V) · clamp(u(t), ctrl_range) + b₀ + b₁ L + b₂ V,  force_range ),
+
+with gain (a₀, a₁, a₂), bias (b₀, b₁, b₂) and the control u(t). A motor is a = (1, 0, 0),
+b = 0; a position servo a = (k_p, 0, 0), b = (0, −k_p, −k_v); a velocity servo a = (k_v, 0, 0),
+b = (0, 0, −k_v). Every number, and the arrays of a control that is an equinox Module, is a
+differentiable leaf.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from ._errors import check_finite, fail, validates_inputs
+
+
+def _vector(field: str, x, n: int, fix: str):
+    if np.shape(x) != (n,):
+        fail(field, x, f"has shape {np.shape(x)}, expected ({n},)", fix)
+    check_finite(field, x, fix)
+    return jnp.asarray(x, dtype=jnp.result_type(float))
+
+
+def _range(field: str, r, fix: str):
+    if r is None:
+        return None
+    r = _vector(field, r, 2, fix)
+    if not float(r[0]) <= float(r[1]):
+        fail(field, r, "has lower bound > upper bound", fix)
+    return r
+
+
+class ControlSequence(eqx.Module):
+    """A control signal u(t) given at the times t₀ + k·dt, k = 0..n−1 (``values`` (n,) or
+    (n, m) for m actuators), held constant over each interval like MuJoCo's ``ctrl`` between
+    steps (``hold="zero"``) or interpolated linearly (``hold="linear"``). The values are
+    differentiable. Past the last sample the last value is held.
+
+    With ``hold="zero"`` an integrator stage that falls exactly on a sample time t₀ + k·dt
+    uses sample k: an RK4 step from t to t + dt sees the NEXT control in its last stage. For a
+    control that is constant over each step exactly as MuJoCo applies it, use ``hold="zero"``
+    with a step size that is a multiple of dt and compare at the sample times; use
+    ``hold="linear"`` for a continuous signal.
+    """
+
+    values: Float[Array, " n *m"]
+    dt: float = eqx.field(static=True)
+    t0: float = eqx.field(static=True, default=0.0)
+    hold: str = eqx.field(static=True, default="zero")
+
+    def __init__(self, values, dt: float, t0: float = 0.0, hold: str = "zero"):
+        values = jnp.asarray(values, dtype=jnp.result_type(float))
+        if values.ndim not in (1, 2) or values.shape[0] < 1:
+            fail(
+                "ControlSequence.values",
+                values,
+                f"has shape {values.shape}",
+                "give an array (n,) or (n, m) of n >= 1 samples",
+            )
+        check_finite("ControlSequence.values", values, "give finite control values")
+        if not (np.isfinite(dt) and dt > 0):
+            fail("ControlSequence.dt", dt, "is not a positive time", "give the sample spacing in s")
+        if hold not in ("zero", "linear"):
+            fail("ControlSequence.hold", hold, "is not a hold rule", 'use "zero" or "linear"')
+        self.values, self.dt, self.t0, self.hold = values, float(dt), float(t0), hold
+
+    def __call__(self, t):
+        n = self.values.shape[0]
+        s = (t - self.t0) / self.dt
+        if self.hold == "zero":
+            k = jnp.clip(jnp.floor(s + 1e-9).astype(jnp.int32), 0, n - 1)
+            return self.values[k]
+        s = jnp.clip(s, 0.0, n - 1.0)
+        k = jnp.clip(jnp.floor(s).astype(jnp.int32), 0, max(n - 2, 0))
+        w = s - k
+        k1 = jnp.minimum(k + 1, n - 1)
+        return (1.0 - w) * self.values[k] + w * self.values[k1]
+
+
+@validates_inputs
+class Actuator(eqx.Module):
+    """MuJoCo's affine actuator on one joint coordinate (module docstring); build it with
+    :meth:`motor`, :meth:`position` or :meth:`velocity`.
+
+    ``control`` is u(t): a number (constant), a function of t, or an equinox Module such as
+    :class:`ControlSequence` (its arrays differentiable). ``index`` picks one column when the
+    control returns a vector (one control signal for several actuators).
+    """
+
+    gear: Float[Array, ""]
+    gain: Float[Array, "3"]
+    bias: Float[Array, "3"]
+    offset: Float[Array, ""]
+    ctrl_range: Float[Array, "2"] | None
+    force_range: Float[Array, "2"] | None
+    control: Any
+    index: int | None = eqx.field(static=True)
+    name: str = eqx.field(static=True)
+
+    def __init__(
+        self,
+        *,
+        gain=(1.0, 0.0, 0.0),
+        bias=(0.0, 0.0, 0.0),
+        gear=1.0,
+        control: Callable | Any = 0.0,
+        ctrl_range=None,
+        force_range=None,
+        offset=0.0,
+        index: int | None = None,
+        name: str = "actuator",
+    ):
+        fix = "give finite numbers"
+        self.gain = _vector(f"{name}.gain", gain, 3, f"{fix}: (a0, a1, a2)")
+        self.bias = _vector(f"{name}.bias", bias, 3, f"{fix}: (b0, b1, b2)")
+        self.gear = jnp.asarray(_vector(f"{name}.gear", [gear], 1, fix)[0])
+        self.offset = jnp.asarray(_vector(f"{name}.offset", [offset], 1, fix)[0])
+        self.ctrl_range = _range(f"{name}.ctrl_range", ctrl_range, "give (low, high) or None")
+        self.force_range = _range(f"{name}.force_range", force_range, "give (low, high) or None")
+        if not callable(control):
+            control = _vector(f"{name}.control", np.reshape(control, (-1,)), np.size(control), fix)
+            if control.shape == (1,):
+                control = control[0]
+        self.control = control
+        self.index = None if index is None else int(index)
+        self.name = str(name)
+
+    @classmethod
+    def motor(cls, *, gear=1.0, control=0.0, **kwargs) -> Actuator:
+        """Force (or torque) g·u: gain (1, 0, 0), no bias (MuJoCo ``<motor>``)."""
+        return cls(gain=(1.0, 0.0, 0.0), bias=(0.0, 0.0, 0.0), gear=gear, control=control, **kwargs)
+
+    @classmethod
+    def position(cls, kp, *, kv=0.0, gear=1.0, control=0.0, **kwargs) -> Actuator:
+        """PD servo to the target u: g·(k_p (u − L) − k_v V) (MuJoCo ``<position>``)."""
+        return cls(gain=(kp, 0.0, 0.0), bias=(0.0, -kp, -kv), gear=gear, control=control, **kwargs)
+
+    @classmethod
+    def velocity(cls, kv, *, gear=1.0, control=0.0, **kwargs) -> Actuator:
+        """Velocity servo to the target u: g·k_v (u − V) (MuJoCo ``<velocity>``)."""
+        return cls(gain=(kv, 0.0, 0.0), bias=(0.0, 0.0, -kv), gear=gear, control=control, **kwargs)
+
+    def signal(self, t):
+        """The control u(t), clamped to ``ctrl_range``."""
+        u = self.control(t) if callable(self.control) else self.control
+        u = jnp.asarray(u)
+        if self.index is not None:
+            u = u[..., self.index]
+        if self.ctrl_range is not None:
+            u = jnp.clip(u, self.ctrl_range[0], self.ctrl_range[1])
+        return u
+
+    def __call__(self, t, x, xdot):
+        """The generalized force g·f on the joint at time t, coordinate x and rate ẋ."""
+        length = self.gear * (x + self.offset)
+        rate = self.gear * xdot
+        a, b = self.gain, self.bias
+        force = (a[0] + a[1] * length + a[2] * rate) * self.signal(t) + b[0] + b[1] * length
+        force = force + b[2] * rate
+        if self.force_range is not None:
+            force = jnp.clip(force, self.force_range[0], self.force_range[1])
+        return self.gear * force

@@ -1,0 +1,490 @@
+"""Joint space: joint coordinates of a maximal-coordinate mechanism, and the reverse map.
+
+rbjax integrates every body's (r, A); robotics speaks joint angles. :class:`JointSpace` takes
+a spanning tree of the joint graph (rooted at the ground, plus every body no joint reaches,
+which is free) and reads each tree joint's coordinates from its two joint frames. With the
+joint frames' world attitudes A_i ⊗ f_i and A_j ⊗ f_j (f = quaternion of the frame
+(x̄, ȳ, z̄) in body axes) the relative rotation of the frames is
+
+    Q = (A_i ⊗ f_i)* ⊗ (A_j ⊗ f_j),   K = R(Q),   d = F_iᵀ R_iᵀ (P_j − P_i),
+
+and the coordinates are (ME751 joint definitions, Negrut ME751; MuJoCo's joint conventions):
+
+===============  =================================  ==========================================
+joint            position coordinates               velocity coordinates
+===============  =================================  ==========================================
+Revolute         θ = atan2(K₁₀, K₀₀)                θ̇ = z_iᵀ(ω_j − ω_i)
+Translational    x = d₂                             ẋ
+Cylindrical      (θ, x)                             (θ̇, ẋ)
+Universal        θ₁ about z_i, θ₂ about z_j         (θ̇₁, θ̇₂)
+Spherical        Q (4, scalar first)                w = ω_rel in frame j (3)
+Fixed            none                               none
+free body        (r, A) of the state (7)            (v, ω) of the state (6)
+===============  =================================  ==========================================
+
+Angles are principal values in (−π, π]: a hinge's winding number is not in the maximal state.
+The reverse map (:meth:`JointSpace.state`) is forward kinematics along the tree,
+A_j = A_i ⊗ f_i ⊗ Q(coordinates) ⊗ f_j*, P_j = P_i + R_i F_i (0, 0, x). Velocities come from
+its jvp, so the geometric Jacobian J (body velocities from joint velocities), the joint-space
+mass matrix Jᵀ M J and the bias forces Jᵀ(M J̇ q̇ − f_gravity + gyroscopic terms) follow
+exactly (Featherstone 2008 §3; the recursive Newton–Euler algorithm computes the same).
+Everything is a JAX function of one system: jit, vmap, grad and jvp apply.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _quaternion as quat
+from .._joints import Cylindrical, Fixed, Revolute, Spherical, Translational, Universal
+from .._state import State
+from .._topology import GROUND
+
+# joint class -> (kind, position size, velocity size)
+_KINDS = {
+    Revolute: ("revolute", 1, 1),
+    Translational: ("prismatic", 1, 1),
+    Cylindrical: ("cylindrical", 2, 2),
+    Universal: ("universal", 2, 2),
+    Spherical: ("spherical", 4, 3),
+    Fixed: ("fixed", 0, 0),
+}
+# Universal's frames at zero angles (built by Universal.at): x̄_i ∥ z̄_j, x̄_j ∥ z̄_i, so the
+# frame-j axes in frame i are (e3, −e2, e1): the rotation P of π about (e1 + e3)/√2.
+_P_UNIVERSAL = np.array([0.0, 1.0, 0.0, 1.0]) / np.sqrt(2.0)
+
+
+def quat_from_matrix(rot):
+    """The unit quaternion (scalar first) of a rotation matrix, by Shepperd's method (Shepperd
+    1978): the largest of 4w², 4x², 4y², 4z² is taken from the diagonal, the others from the
+    off-diagonal sums, so the division is always by a number ≥ 1/2."""
+    r = rot
+    tr = r[0, 0] + r[1, 1] + r[2, 2]
+    cands = jnp.stack([tr, r[0, 0], r[1, 1], r[2, 2]])
+    k = jnp.argmax(cands)
+
+    def branch(i):
+        if i == 0:
+            s = jnp.sqrt(jnp.maximum(1.0 + tr, 1e-30)) * 2.0
+            return jnp.stack(
+                [
+                    0.25 * s,
+                    (r[2, 1] - r[1, 2]) / s,
+                    (r[0, 2] - r[2, 0]) / s,
+                    (r[1, 0] - r[0, 1]) / s,
+                ]
+            )
+        a, b, c = i - 1, i % 3, (i + 1) % 3
+        s = jnp.sqrt(jnp.maximum(1.0 + r[a, a] - r[b, b] - r[c, c], 1e-30)) * 2.0
+        v = [None, None, None]
+        v[a] = 0.25 * s
+        v[b] = (r[b, a] + r[a, b]) / s
+        v[c] = (r[c, a] + r[a, c]) / s
+        return jnp.stack([(r[c, b] - r[b, c]) / s, *v])
+
+    outs = jnp.stack([branch(i) for i in range(4)])
+    return outs[k]
+
+
+def _frame_quat(x, z):
+    """Quaternion f of the frame (x̄, z̄ × x̄, z̄) (columns) in body axes."""
+    x = x / jnp.linalg.norm(x)
+    z = z / jnp.linalg.norm(z)
+    return quat_from_matrix(jnp.stack([x, jnp.cross(z, x), z], axis=-1))
+
+
+def _qz(angle):
+    return jnp.stack([jnp.cos(0.5 * angle), 0.0 * angle, 0.0 * angle, jnp.sin(0.5 * angle)])
+
+
+class JointSpace(eqx.Module):
+    """Joint coordinates of ``model`` (module docstring): a spanning tree of its joints.
+
+    ``coordinates``: one entry (name, kind, nq, nv) per free body (kind "free") and per tree
+    joint, in that order (free bodies in body order, then joints in ``model.joints`` order);
+    ``loops``: the names of the joints that close loops (not coordinates). ``nq``, ``nv``:
+    total sizes. Methods work on ONE system (vmap for batches):
+
+    * :meth:`positions` / :meth:`velocities`: (nq,), (nv,) from a :class:`rbjax.State`;
+    * :meth:`state`: the State of joint positions and velocities (forward kinematics);
+    * :meth:`point`, :meth:`jacobian`: world position of a body point and its geometric
+      Jacobian (6, nv) = (linear; angular), world frame;
+    * :meth:`mass_matrix` (nv, nv), :meth:`bias` (nv,) and :meth:`inverse_dynamics`.
+    """
+
+    model: object
+    order: tuple = eqx.field(static=True)  # ((joint k, parent, child, reversed), ...) topological
+    free: tuple[int, ...] = eqx.field(static=True)
+    coordinates: tuple = eqx.field(static=True)
+    loops: tuple[str, ...] = eqx.field(static=True)
+    _offsets: tuple = eqx.field(static=True)
+
+    def __init__(self, model):
+        if any(model.scalable):
+            raise ValueError(
+                f"JointSpace: bodies {[n for n, s in zip(model.names, model.scalable, strict=True) if s]} "
+                "are scalable. Fix: joint coordinates are defined for rigid bodies only."
+            )
+        nb = model.nb
+        known = {GROUND}
+        order, free = [], []
+        used = set()
+        pending = list(range(nb))
+        pairs = model.topology.joint_bodies
+
+        def grow():
+            changed = True
+            while changed:
+                changed = False
+                for k, (joint, (i, j)) in enumerate(zip(model.joints, pairs, strict=True)):
+                    if k in used or type(joint) not in _KINDS:
+                        continue
+                    if i in known and j not in known:
+                        order.append((k, i, j, False))
+                    elif j in known and i not in known:
+                        order.append((k, j, i, True))
+                    else:
+                        continue
+                    used.add(k)
+                    known.add(order[-1][2])
+                    changed = True
+
+        grow()
+        for b in pending:
+            if b not in known:
+                free.append(b)
+                known.add(b)
+                grow()
+        self.model = model
+        self.order = tuple(order)
+        self.free = tuple(free)
+        coords = [(model.names[b], "free", 7, 6) for b in free]
+        by_joint = {k: (k, p, c, r) for k, p, c, r in order}
+        for k in sorted(by_joint):
+            kind, nq, nv = _KINDS[type(model.joints[k])]
+            coords.append((model.joint_names[k], kind, nq, nv))
+        self.coordinates = tuple(coords)
+        self.loops = tuple(n for k, n in enumerate(model.joint_names) if k not in used)
+        offs, q0, v0 = {}, 0, 0
+        for b in free:
+            offs[("body", b)] = (q0, v0)
+            q0, v0 = q0 + 7, v0 + 6
+        for k in sorted(by_joint):
+            _, nq, nv = _KINDS[type(model.joints[k])]
+            offs[("joint", k)] = (q0, v0)
+            q0, v0 = q0 + nq, v0 + nv
+        self._offsets = tuple(sorted(offs.items(), key=lambda kv: kv[1]))
+
+    @property
+    def nq(self) -> int:
+        return sum(c[2] for c in self.coordinates)
+
+    @property
+    def nv(self) -> int:
+        return sum(c[3] for c in self.coordinates)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c[0] for c in self.coordinates)
+
+    def _offset(self, key):
+        return dict(self._offsets)[key]
+
+    # ---------------------------------------------------------------- coordinates of a state
+    def _frames(self, k):
+        joint = self.model.joints[k]
+        return (
+            _frame_quat(joint.x_i, joint.z_i),
+            _frame_quat(joint.x_j, joint.z_j),
+            joint.s_i,
+            joint.s_j,
+        )
+
+    def _joint_coordinates(self, k, q):
+        """Position coordinates of tree joint k at q (nb, 7)."""
+        joint = self.model.joints[k]
+        i, j = self.model.topology.joint_bodies[k]
+        ground = jnp.array([0.0, 0, 0, 1, 0, 0, 0], q.dtype)
+        qi = ground if i == GROUND else q[i]
+        qj = ground if j == GROUND else q[j]
+        fi, fj, si, sj = self._frames(k)
+        wi = quat.mul(qi[3:7], fi)
+        wj = quat.mul(qj[3:7], fj)
+        rel = quat.mul(quat.conjugate(wi), wj)
+        rel = rel / quat.norm(rel)
+        kmat = quat.rotation_matrix(rel)
+        p_i = qi[0:3] + quat.rotate(qi[3:7], si)
+        p_j = qj[0:3] + quat.rotate(qj[3:7], sj)
+        d = quat.rotate_inverse(wi, p_j - p_i)
+        kind = _KINDS[type(joint)][0]
+        theta = jnp.arctan2(kmat[1, 0], kmat[0, 0])
+        if kind == "revolute":
+            return theta[None]
+        if kind == "prismatic":
+            return d[2:3]
+        if kind == "cylindrical":
+            return jnp.stack([theta, d[2]])
+        if kind == "universal":
+            t1 = jnp.arctan2(kmat[1, 2], kmat[0, 2])
+            t2 = jnp.arctan2(kmat[0, 0] * jnp.sin(t1) - kmat[1, 0] * jnp.cos(t1), kmat[2, 0])
+            return jnp.stack([t1, t2])
+        if kind == "spherical":
+            return rel * jnp.where(rel[0] < 0, -1.0, 1.0)
+        return jnp.zeros((0,), q.dtype)
+
+    def positions(self, state: State):
+        """Joint positions (nq,) of ONE system (free bodies: (r, A); module docstring)."""
+        q = state.q
+        parts = []
+        for key, _ in self._offsets:
+            if key[0] == "body":
+                parts.append(q[key[1]])
+            else:
+                parts.append(self._joint_coordinates(key[1], q))
+        return jnp.concatenate(parts)
+
+    def velocities(self, state: State):
+        """Joint velocities (nv,) of ONE system: rates of the angles and displacements, the
+        relative angular velocity in frame j for a spherical joint, (v, ω) for a free body."""
+        q, u = state.q, state.u
+        omega_w = jax.vmap(quat.rotate)(q[:, 3:7], u[:, 4:7])
+        parts = []
+        for key, _ in self._offsets:
+            if key[0] == "body":
+                b = key[1]
+                parts.append(jnp.concatenate([u[b, 0:3], u[b, 4:7]]))
+                continue
+            k = key[1]
+            kind = _KINDS[type(self.model.joints[k])][0]
+            if kind == "spherical":
+                i, j = self.model.topology.joint_bodies[k]
+                w_i = jnp.zeros(3, q.dtype) if i == GROUND else omega_w[i]
+                w_j = jnp.zeros(3, q.dtype) if j == GROUND else omega_w[j]
+                _, fj, _, _ = self._frames(k)
+                parts.append(quat.rotate_inverse(quat.mul(q[j, 3:7], fj), w_j - w_i))
+                continue
+            q_dot = jax.vmap(_q_dot)(q, u)
+            _, rate = jax.jvp(lambda qq, k=k: self._joint_coordinates(k, qq), (q,), (q_dot,))
+            parts.append(rate)
+        return jnp.concatenate(parts) if parts else jnp.zeros((0,), q.dtype)
+
+    # ---------------------------------------------------------------- forward kinematics
+    def _place(self, qpos, base_q):
+        """Coordinates q (nb, 7) of the joint positions ``qpos`` (free bodies inside qpos);
+        ``base_q`` fills bodies that neither the tree nor qpos place (none, by construction)."""
+        q = base_q
+        for b in self.free:
+            o, _ = self._offset(("body", b))
+            q = q.at[b].set(qpos[o : o + 7])
+        for k, parent, child, rev in self.order:
+            o, _ = self._offset(("joint", k))
+            kind, nq, _ = _KINDS[type(self.model.joints[k])]
+            x = qpos[o : o + nq]
+            if kind in ("revolute", "cylindrical"):
+                rel = _qz(x[0])
+            elif kind == "universal":
+                rel = quat.mul(quat.mul(_qz(x[0]), jnp.asarray(_P_UNIVERSAL, q.dtype)), _qz(x[1]))
+            elif kind == "spherical":
+                rel = x / jnp.linalg.norm(x)
+            else:
+                rel = jnp.array([1.0, 0, 0, 0], q.dtype)
+            slide = {"prismatic": x[0:1], "cylindrical": x[1:2]}.get(kind)
+            t = (
+                jnp.zeros(3, q.dtype)
+                if slide is None
+                else jnp.concatenate([jnp.zeros(2, q.dtype), slide])
+            )
+            fi, fj, si, sj = self._frames(k)
+            if rev:  # the tree runs from body_j (known) to body_i
+                fi, fj, si, sj = fj, fi, sj, si
+                rel = quat.conjugate(rel)
+            ground = jnp.array([0.0, 0, 0, 1, 0, 0, 0], q.dtype)
+            qp = ground if parent == GROUND else q[parent]
+            wp = quat.mul(qp[3:7], fi)
+            if rev:  # P_i = P_j − R_i F_i t: the slide is along the child's frame axis
+                a_c = quat.mul(quat.mul(wp, rel), quat.conjugate(fj))
+                p_c = qp[0:3] + quat.rotate(qp[3:7], si) - quat.rotate(quat.mul(a_c, fj), t)
+            else:
+                a_c = quat.mul(quat.mul(wp, rel), quat.conjugate(fj))
+                p_c = qp[0:3] + quat.rotate(qp[3:7], si) + quat.rotate(wp, t)
+            r_c = p_c - quat.rotate(a_c, sj)
+            q = q.at[child].set(jnp.concatenate([r_c, a_c]))
+        return q
+
+    def _tangent(self, qpos, qvel):
+        """d qpos / dt of the joint velocities (quaternion rates from angular velocities)."""
+        parts = []
+        for key, (o, v) in self._offsets:
+            if key[0] == "body":
+                a = qpos[o + 3 : o + 7]
+                w = qvel[v + 3 : v + 6]
+                parts += [
+                    qvel[v : v + 3],
+                    0.5 * quat.mul(a, jnp.concatenate([jnp.zeros(1, a.dtype), w])),
+                ]
+                continue
+            kind, nq, nv = _KINDS[type(self.model.joints[key[1]])]
+            if kind == "spherical":
+                a = qpos[o : o + 4]
+                w = qvel[v : v + 3]
+                parts.append(0.5 * quat.mul(a, jnp.concatenate([jnp.zeros(1, a.dtype), w])))
+            else:
+                parts.append(qvel[v : v + nv])
+        return jnp.concatenate(parts) if parts else qvel
+
+    def _body_velocities(self, qpos, qvel):
+        """(q (nb, 7), u (nb, 7)) of joint positions and velocities (rigid: ν = 0)."""
+        base = jnp.tile(jnp.array([0.0, 0, 0, 1, 0, 0, 0], qpos.dtype), (self.model.nb, 1))
+        q, q_dot = jax.jvp(lambda x: self._place(x, base), (qpos,), (self._tangent(qpos, qvel),))
+        return q, jax.vmap(_u_of)(q, q_dot)
+
+    def state(self, qpos, qvel=None, t=0.0) -> State:
+        """The :class:`rbjax.State` of joint positions ``qpos`` (nq,) and velocities ``qvel``
+        (nv,) (default rest), by forward kinematics along the tree. Loop closures are not
+        imposed: give coordinates that close them, or pass the result to :func:`rbjax.assemble`."""
+        qpos = jnp.asarray(qpos)
+        dtype = qpos.dtype if jnp.issubdtype(qpos.dtype, jnp.floating) else jnp.result_type(float)
+        qpos = qpos.astype(dtype)
+        if qpos.shape != (self.nq,):
+            raise ValueError(
+                f"JointSpace.state: qpos has shape {qpos.shape}, expected ({self.nq},) for "
+                f"coordinates {self.names}. Fix: pass one number per coordinate."
+            )
+        qvel = jnp.zeros(self.nv, dtype) if qvel is None else jnp.asarray(qvel, dtype)
+        if qvel.shape != (self.nv,):
+            raise ValueError(
+                f"JointSpace.state: qvel has shape {qvel.shape}, expected ({self.nv},). Fix: "
+                "pass one number per velocity coordinate."
+            )
+        q, u = self._body_velocities(qpos, qvel)
+        return State(t=jnp.asarray(t, dtype), q=q, u=u)
+
+    # ---------------------------------------------------------------- Jacobians and dynamics
+    def point(self, state: State, body, point_body):
+        """World position r + R s̄ of the point s̄ (body axes, from the centre of mass) of
+        ``body`` (index or name)."""
+        b = self._body(body)
+        q = state.q[b]
+        return q[0:3] + quat.rotate(q[3:7], jnp.asarray(point_body, q.dtype))
+
+    def _body(self, body):
+        if isinstance(body, str):
+            if body not in self.model.names:
+                raise ValueError(
+                    f"JointSpace: unknown body {body!r}. Fix: use one of {list(self.model.names)}."
+                )
+            return self.model.names.index(body)
+        if not 0 <= int(body) < self.model.nb:
+            raise ValueError(
+                f"JointSpace: body {body} is not in [0, {self.model.nb}). Fix: index a body."
+            )
+        return int(body)
+
+    def _velocity_map(self, state):
+        qpos = self.positions(state)
+        return qpos, lambda qvel: self._body_velocities(qpos, qvel)[1]
+
+    def jacobian(self, state: State, body, point_body=(0.0, 0.0, 0.0)):
+        """Geometric Jacobian (6, nv) of a body point: rows 0–2 its world velocity, rows 3–5
+        the body's world angular velocity, per unit joint velocity (MuJoCo's mj_jac)."""
+        b = self._body(body)
+        qpos, umap = self._velocity_map(state)
+        s = jnp.asarray(point_body, qpos.dtype)
+
+        def twist(qvel):
+            u = umap(qvel)
+            a = state.q[b, 3:7]
+            w = quat.rotate(a, u[b, 4:7])
+            return jnp.concatenate([u[b, 0:3] + jnp.cross(w, quat.rotate(a, s)), w])
+
+        return jax.jacfwd(twist)(jnp.zeros(self.nv, qpos.dtype))
+
+    def _body_jacobian(self, state):
+        qpos, umap = self._velocity_map(state)
+
+        def vw(qvel):
+            u = umap(qvel)
+            return jnp.concatenate([u[:, 0:3], u[:, 4:7]], axis=1).reshape(-1)
+
+        return qpos, jax.jacfwd(vw)(jnp.zeros(self.nv, qpos.dtype))
+
+    def _body_mass(self):
+        m = self.model
+        blocks = []
+        for b in range(m.nb):
+            blocks.append(
+                jax.scipy.linalg.block_diag(
+                    m.mass[b] * jnp.eye(3, dtype=m.inertia.dtype), m.inertia[b]
+                )
+            )
+        return jax.scipy.linalg.block_diag(*blocks)
+
+    def mass_matrix(self, state: State):
+        """Joint-space mass matrix Jᵀ M J (nv, nv), J = ∂(v, ω)/∂q̇ (MuJoCo's mj_fullM)."""
+        _, jac = self._body_jacobian(state)
+        return jac.T @ self._body_mass() @ jac
+
+    def inverse_dynamics(self, state: State, qacc):
+        """Joint forces τ (nv,) that give the joint accelerations ``qacc`` at ``state`` under
+        gravity alone: τ = Jᵀ(M u̇ − f_g + (0, ω × Θω)), u̇ = J q̈ + J̇ q̇ (Newton–Euler per body;
+        the applied forces of the model are not included, as in MuJoCo's mj_rne)."""
+        m = self.model
+        qpos = self.positions(state)
+        qvel = self.velocities(state)
+        qacc = jnp.asarray(qacc, qpos.dtype)
+
+        def u_of(x, v):
+            return self._body_velocities(x, v)[1]
+
+        _, jac = self._body_jacobian(state)
+        _, du_pos = jax.jvp(lambda x: u_of(x, qvel), (qpos,), (self._tangent(qpos, qvel),))
+        u = u_of(qpos, qvel)
+        drift = jnp.concatenate([du_pos[:, 0:3], du_pos[:, 4:7]], axis=1).reshape(-1)
+        udot = jac @ qacc + drift
+        w = u[:, 4:7]
+        gyro = jnp.cross(w, jnp.einsum("bij,bj->bi", m.inertia, w))
+        grav = m.mass[:, None] * m.gravity[None, :]
+        load = jnp.concatenate([-grav, gyro], axis=1).reshape(-1)
+        return jac.T @ (self._body_mass() @ udot + load)
+
+    def bias(self, state: State):
+        """Coriolis, centrifugal and gravity forces C(q, q̇)q̇ + g(q) (nv,): inverse dynamics
+        at zero joint acceleration (MuJoCo's qfrc_bias)."""
+        return self.inverse_dynamics(state, jnp.zeros(self.nv, state.q.dtype))
+
+
+def _q_dot(q, u):
+    """q̇ of a rigid body's (r, A) from u = (v, ν, ω): ṙ = v, Ȧ = ½ A ⊗ (0, ω) (ν = 0)."""
+    a = q[3:7]
+    w = jnp.concatenate([jnp.zeros(1, q.dtype), u[4:7]])
+    return jnp.concatenate([u[0:3], 0.5 * quat.mul(a, w)])
+
+
+def _u_of(q, q_dot):
+    """u = (v, 0, ω) of (q, q̇) for a unit quaternion: ω = 2 Im(A* Ȧ)."""
+    w = 2.0 * quat.mul(quat.conjugate(q[3:7]), q_dot[3:7])[1:4]
+    return jnp.concatenate([q_dot[0:3], jnp.zeros(1, q.dtype), w])
+
+
+def joint_coordinates(model, state: State):
+    """(positions (nq,), velocities (nv,)) of ONE system in the coordinates of
+    :class:`JointSpace` (free bodies first, then the tree joints in ``model.joints`` order)."""
+    js = JointSpace(model)
+    return js.positions(state), js.velocities(state)
+
+
+def state_from_joint_coordinates(model, qpos, qvel=None, t=0.0) -> State:
+    """A consistent :class:`rbjax.State` of joint positions and velocities (the coordinates of
+    :class:`JointSpace`): forward kinematics along the spanning tree; if the model closes
+    loops, :func:`rbjax.assemble` then puts the state on the loop closures (the closest
+    configuration in the kinetic-energy metric) and projects the velocities."""
+    js = JointSpace(model)
+    state = js.state(qpos, qvel, t)
+    if js.loops:
+        from .assembly import assemble
+
+        state = assemble(model, state)
+    return state

@@ -1,0 +1,1 @@
+"""Model files in and out: MJCF/URDF through MuJoCo (:mod:`.mujoco`)."""

@@ -1,0 +1,72 @@
+"""``rbjax.load``: a model file in, an rbjax model and initial state out."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from .._state import State
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """What :func:`rbjax.load` returns: the ``model`` (:class:`rbjax.Model`), its initial
+    ``state`` (:class:`rbjax.State`), the file's ``timestep`` [s] and the ``source``
+    (for MJCF/URDF a :class:`~rbjax.advanced.MujocoSource` with the compiled ``MjModel`` and the
+    maps between MuJoCo's joints and rbjax's bodies and joints)."""
+
+    model: Any
+    state: State
+    timestep: float
+    source: Any = None
+
+
+def load(
+    path,
+    *,
+    qpos=None,
+    qvel=None,
+    control=None,
+    unsupported: str = "warn",
+    formulation=None,
+    dtype=None,
+) -> Loaded:
+    """Load a mechanism from an MJCF (``.xml``) or URDF (``.urdf``) file.
+
+    The file is compiled by MuJoCo (the optional ``mujoco`` extra) and mapped onto rbjax's
+    maximal coordinates (rbjax/_io/mujoco.py says how each element maps): moving bodies with
+    their inertials, hinge/slide/ball/free joints as rbjax joints built in the reference
+    configuration ``qpos0``, bodies without joints merged into their parent, equality connect
+    and weld as exact constraints, joint stiffness/damping and motor/position/velocity
+    actuators as force elements with :class:`rbjax.Actuator`, gravity and the timestep.
+
+    ``qpos``, ``qvel``: MuJoCo's generalized coordinates of the initial state (default: qpos0
+    at rest). ``control``: a constant ctrl vector (one number per actuator; default 0).
+    ``unsupported``: elements with dynamics rbjax does not model (contacts, joint limits,
+    tendons, ...) are listed by name in one warning (``"warn"``) or a ValueError
+    (``"error"``). ``formulation``: default :class:`rbjax.ScalableDAE`, or
+    :class:`rbjax.UdwadiaSchutte` when loop closures make the joint equations redundant (a
+    planar loop closed by a connect); the initial state is assembled onto the loop closures if
+    it violates them (with a warning saying by how much). Returns a :class:`Loaded` (model, state, timestep, source).
+    """
+    path = os.fspath(path)
+    ext = os.path.splitext(path)[1].lower()
+    if not os.path.isfile(path):
+        raise ValueError(f"load: {path!r} is not a file. Fix: give the path of a model file.")
+    if ext in (".xml", ".mjcf", ".urdf"):
+        from .mujoco import load_mujoco
+
+        model, state, timestep, source = load_mujoco(
+            path,
+            qpos=qpos,
+            qvel=qvel,
+            control=control,
+            unsupported=unsupported,
+            dtype=dtype,
+            formulation=formulation,
+        )
+        return Loaded(model, state, timestep, source)
+    raise ValueError(
+        f"load: {path!r} has extension {ext!r}. Fix: load an MJCF (.xml) or URDF (.urdf) file."
+    )

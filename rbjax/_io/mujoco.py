@@ -1,0 +1,706 @@
+"""MJCF and URDF import through MuJoCo's compiler (the optional ``mujoco`` extra).
+
+MuJoCo compiles the file (MJCF or URDF) into an ``MjModel``: masses, inertias, joint frames and
+the reference configuration ``qpos0`` with every default, include and unit applied. This module
+maps that compiled model onto rbjax's maximal coordinates:
+
+* every MuJoCo body that moves becomes an rbjax :class:`~rbjax.Body`; its frame is MuJoCo's body
+  frame (so rbjax's quaternion is MuJoCo's ``xquat``) and its position is its centre of mass
+  (MuJoCo's ``xipos``), its inertia the central inertia in body axes;
+* a body without joints is welded to its parent: it is merged into it (masses, centres of mass
+  and inertias combined by the parallel-axis theorem), or into the world;
+* the joints of a body become one rbjax joint between the parent and the body, built in the
+  reference configuration: hinge → :class:`~rbjax.Revolute`, slide → :class:`~rbjax.Translational`,
+  ball → :class:`~rbjax.Spherical`, free → none; two perpendicular hinges through one point →
+  :class:`~rbjax.Universal`, three independent hinges through one point → :class:`~rbjax.Spherical`,
+  a hinge and a slide on one axis → :class:`~rbjax.Cylindrical`;
+* ``equality`` connect → :class:`~rbjax.Spherical`, weld → :class:`~rbjax.Fixed`: exact bilateral
+  constraints (MuJoCo enforces equalities softly, through ``solref``/``solimp``; rbjax holds them
+  to round-off, so a loop drifts by the integrator's error only);
+* joint stiffness and damping → :class:`~rbjax.RotationalSpringDamper` (hinge) or
+  :class:`~rbjax.AxialSpringDamper` (slide); ``motor``, ``position``, ``velocity`` (any affine
+  gain/bias) actuators on a hinge or slide → the same forces with an :class:`~rbjax.Actuator`;
+* gravity and the timestep from ``<option>``.
+
+Everything else with dynamics (contacts, joint limits, friction loss, armature, tendons,
+actuators with activation dynamics, fluid forces, gravity compensation, mocap bodies, ...) is
+listed by name in ONE warning (or ValueError with ``unsupported="error"``), never dropped
+silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import warnings
+from typing import Any
+
+import equinox as eqx
+import numpy as np
+
+from .._actuators import Actuator
+from .._body import Body
+from .._forces import AxialSpringDamper, RotationalSpringDamper
+from .._joints import Cylindrical, Fixed, Revolute, Spherical, Translational, Universal
+from .._state import State, make_state
+from .._topology import GROUND
+
+
+def _mujoco() -> Any:
+    """The ``mujoco`` module (an optional extra, imported when a file is loaded)."""
+    return importlib.import_module("mujoco")
+
+
+@dataclasses.dataclass(frozen=True)
+class JointMap:
+    """Where a MuJoCo joint went: its ``name``, MuJoCo ``type`` ("hinge", "slide", "ball",
+    "free"), the MuJoCo body it moves, the rbjax ``joint`` index in ``Model.joints`` (None for a
+    free joint), the rbjax ``body`` index, its ``qpos``/``qvel`` addresses and its reference
+    value ``ref`` (qpos0)."""
+
+    name: str
+    type: str
+    body: int
+    joint: int | None
+    qpos: int
+    qvel: int
+    ref: Any
+
+
+class MujocoSource:
+    """The compiled MuJoCo model behind an imported rbjax model, with the maps between the
+    two: ``mjmodel`` (``mujoco.MjModel``), ``body_of`` (MuJoCo body id → rbjax body index, −1 for
+    the world and bodies welded to it), ``joints`` (a :class:`JointMap` per MuJoCo joint) and
+    ``actuators`` (MuJoCo actuator names in ``ctrl`` order)."""
+
+    def __init__(self, mjmodel, body_of, joints, actuators, movers):
+        self.mjmodel = mjmodel
+        self.body_of = tuple(body_of)
+        self.joints = tuple(joints)
+        self.actuators = tuple(actuators)
+        self._movers = tuple(movers)  # rbjax body index → MuJoCo body id
+
+    def state(self, qpos=None, qvel=None, *, dtype=None) -> State:
+        """The rbjax :class:`~rbjax.State` of MuJoCo's ``qpos``, ``qvel`` (default qpos0, rest)."""
+        mujoco = _mujoco()
+
+        m = self.mjmodel
+        d = mujoco.MjData(m)
+        d.qpos[:] = m.qpos0 if qpos is None else _array("qpos", qpos, m.nq)
+        d.qvel[:] = 0.0 if qvel is None else _array("qvel", qvel, m.nv)
+        mujoco.mj_kinematics(m, d)
+        mujoco.mj_comPos(m, d)
+        pos, quat, vel, omega = [], [], [], []
+        for b in self._movers:
+            com = _composite(m, d, b, self.body_of)[1]
+            jacp, jacr = np.zeros((3, m.nv)), np.zeros((3, m.nv))
+            mujoco.mj_jac(m, d, jacp, jacr, com, b)
+            rot = d.xmat[b].reshape(3, 3)
+            pos.append(com)
+            quat.append(np.array(d.xquat[b]))
+            vel.append(jacp @ d.qvel)
+            omega.append(rot.T @ (jacr @ d.qvel))
+        return make_state(
+            position=np.array(pos),
+            quaternion=np.array(quat),
+            velocity=np.array(vel),
+            omega_body=np.array(omega),
+            dtype=dtype,
+        )
+
+
+def _array(field, x, n):
+    x = np.asarray(x, dtype=float)
+    if x.shape != (n,) or not np.all(np.isfinite(x)):
+        raise ValueError(
+            f"{field} has shape {x.shape} (or non-finite values); the MuJoCo model has "
+            f"{field[:1]}{field[1:]} of size {n}. Fix: pass {n} finite numbers."
+        )
+    return x
+
+
+def _name(m, kind, i, default):
+    mujoco = _mujoco()
+
+    name = mujoco.mj_id2name(m, kind, i)
+    return name if name else default
+
+
+def _composite(m, d, b, body_of):
+    """Mass, world centre of mass and world central inertia of mover ``b`` together with every
+    body welded to it (parallel-axis theorem)."""
+    members = [k for k in range(m.nbody) if _root_mover(m, k) == b]
+    mass = sum(float(m.body_mass[k]) for k in members)
+    if mass <= 0.0:
+        return 0.0, np.array(d.xpos[b]), np.zeros((3, 3))
+    com = sum(float(m.body_mass[k]) * d.xipos[k] for k in members) / mass
+    inertia = np.zeros((3, 3))
+    for k in members:
+        rot = d.ximat[k].reshape(3, 3)
+        r = d.xipos[k] - com
+        inertia += rot @ np.diag(m.body_inertia[k]) @ rot.T
+        inertia += m.body_mass[k] * (np.dot(r, r) * np.eye(3) - np.outer(r, r))
+    return mass, np.array(com), inertia
+
+
+def _root_mover(m, k) -> int:
+    """The body that carries ``k``: k itself if it has joints, else its nearest ancestor with
+    joints (0: the world)."""
+    while k > 0 and m.body_jntnum[k] == 0:
+        k = int(m.body_parentid[k])
+    return k
+
+
+_KINDS = {0: "free", 1: "ball", 2: "slide", 3: "hinge"}
+
+
+def load_mujoco(
+    path, *, qpos=None, qvel=None, control=None, unsupported="warn", dtype=None, formulation=None
+):
+    """Compile ``path`` (MJCF ``.xml`` or URDF) with MuJoCo and build the rbjax model (module
+    docstring). Returns (model, state, timestep, source)."""
+    try:
+        mujoco = _mujoco()
+    except ImportError as e:  # pragma: no cover - the extra is part of the test install
+        raise ValueError(
+            f"rbjax.load({str(path)!r}) needs the optional 'mujoco' package to read MJCF/URDF. "
+            "Fix: pip install 'rbjax[mujoco]'."
+        ) from e
+    from .._model import Model
+
+    if unsupported not in ("warn", "error"):
+        raise ValueError(
+            f"load: unsupported = {unsupported!r} is not a policy. Fix: use 'warn' or 'error'."
+        )
+    path = os.fspath(path)
+    try:
+        m = mujoco.MjModel.from_xml_path(path)
+    except ValueError as e:
+        raise ValueError(f"load: MuJoCo cannot compile {path!r}: {e}") from e
+    return build_from_mujoco(
+        m,
+        qpos=qpos,
+        qvel=qvel,
+        control=control,
+        unsupported=unsupported,
+        dtype=dtype,
+        formulation=formulation,
+        model=Model,
+    )
+
+
+def build_from_mujoco(m, *, qpos, qvel, control, unsupported, dtype, formulation, model):
+    mujoco = _mujoco()
+
+    dis = int(m.opt.disableflags)
+    off = {
+        n: bool(dis & int(getattr(mujoco.mjtDisableBit, f"mjDSBL_{n}")))
+        for n in (
+            "CONTACT",
+            "LIMIT",
+            "EQUALITY",
+            "SPRING",
+            "DAMPER",
+            "GRAVITY",
+            "ACTUATION",
+            "FRICTIONLOSS",
+            "CONSTRAINT",
+        )
+    }
+    problems: list[str] = []
+    d = mujoco.MjData(m)
+    d.qpos[:] = m.qpos0
+    mujoco.mj_kinematics(m, d)
+    body_name = [_name(m, mujoco.mjtObj.mjOBJ_BODY, k, f"body{k}") for k in range(m.nbody)]
+    joint_name = [_name(m, mujoco.mjtObj.mjOBJ_JOINT, j, f"joint{j}") for j in range(m.njnt)]
+
+    # --- bodies: movers (bodies with joints) carry their welded descendants
+    movers = [k for k in range(1, m.nbody) if m.body_jntnum[k] > 0]
+    index = {b: i for i, b in enumerate(movers)}
+    body_of = [index.get(_root_mover(m, k), GROUND) for k in range(m.nbody)]
+    bodies, q_ref = [], []
+    for b in movers:
+        mass, com, inertia_world = _composite(m, d, b, body_of)
+        if not mass > 0.0:
+            raise ValueError(
+                f"load: MuJoCo body '{body_name[b]}' moves (joint "
+                f"'{joint_name[m.body_jntadr[b]]}') but has mass {mass:g} with every body welded "
+                "to it. rbjax's bodies need a positive mass (a regular mass matrix). Fix: give "
+                "the body an <inertial> (or geoms with mass), or merge it into a neighbour."
+            )
+        rot = d.xmat[b].reshape(3, 3)
+        inertia = rot.T @ inertia_world @ rot
+        inertia = 0.5 * (inertia + inertia.T)
+        bodies.append(Body(mass, inertia, name=body_name[b]))
+        q_ref.append(np.concatenate([com, d.xquat[b]]))
+    if not bodies:
+        raise ValueError(
+            "load: the MuJoCo model has no moving body (no joints). Fix: add a joint (e.g. "
+            "<freejoint/>) to the bodies that should move."
+        )
+    q_ref = np.array(q_ref)
+
+    def local(k, p_body):
+        """rbjax body index and body coordinates of the point p_body of MuJoCo body k."""
+        world = d.xpos[k] + d.xmat[k].reshape(3, 3) @ np.asarray(p_body, float)
+        i = body_of[k]
+        if i == GROUND:
+            return i, world
+        b = movers[i]
+        return i, d.xmat[b].reshape(3, 3).T @ (world - q_ref[i, 0:3])
+
+    def local_axes(k, rot_in_k):
+        """Axes (columns) given in MuJoCo body k's frame, in its rbjax body's axes."""
+        world = d.xmat[k].reshape(3, 3) @ rot_in_k
+        i = body_of[k]
+        return world if i == GROUND else d.xmat[movers[i]].reshape(3, 3).T @ world
+
+    # --- joints and their force elements
+    joints, forces, maps = [], [], []
+    spring_on = {j: not off["SPRING"] and m.jnt_stiffness[j] != 0.0 for j in range(m.njnt)}
+    damp_on = {
+        j: not off["DAMPER"] and m.dof_damping[m.jnt_dofadr[j]] != 0.0 for j in range(m.njnt)
+    }
+    actuated: dict[int, list[int]] = {}
+    for a in range(m.nu):
+        if int(m.actuator_trntype[a]) == int(mujoco.mjtTrn.mjTRN_JOINT):
+            actuated.setdefault(int(m.actuator_trnid[a, 0]), []).append(a)
+    single = {}  # MuJoCo joint → (kind, rbjax joint index) when it is a hinge/slide alone
+    for b in movers:
+        i = index[b]
+        parent = body_of[int(m.body_parentid[b])]
+        js = list(range(m.body_jntadr[b], m.body_jntadr[b] + m.body_jntnum[b]))
+        kinds = [_KINDS[int(m.jnt_type[j])] for j in js]
+        anchors = [np.array(d.xanchor[j]) for j in js]
+        axes = [np.array(d.xaxis[j]) for j in js]
+        names = [joint_name[j] for j in js]
+        where = f"MuJoCo body '{body_name[b]}' (joints {names})"
+        same_point = all(np.allclose(p, anchors[0], atol=1e-12) for p in anchors)
+        joint = None
+        if kinds == ["free"]:
+            pass
+        elif kinds == ["hinge"]:  # frames such that the joint angle is MuJoCo's qpos
+            x0 = _perp(axes[0])
+            ref = float(m.qpos0[m.jnt_qposadr[js[0]]])
+            joint = Revolute.at(
+                q_ref, parent, i, point=anchors[0], axis=axes[0], x=x0, name=names[0]
+            )
+            shifted = Revolute.at(
+                q_ref, parent, i, point=anchors[0], axis=axes[0], x=_rotate(axes[0], -ref, x0)
+            )
+            joint = eqx.tree_at(lambda jt: jt.x_i, joint, shifted.x_i)
+        elif kinds == ["slide"]:  # joint points such that the displacement is MuJoCo's qpos
+            ref = float(m.qpos0[m.jnt_qposadr[js[0]]])
+            joint = Translational.at(
+                q_ref, parent, i, point=anchors[0], axis=axes[0], name=names[0]
+            )
+            shifted = Translational.at(
+                q_ref, parent, i, point=anchors[0] - ref * axes[0], axis=axes[0]
+            )
+            joint = eqx.tree_at(lambda jt: jt.s_i, joint, shifted.s_i)
+        elif kinds == ["ball"]:  # frames: the body's own axes, so Q is MuJoCo's ball qpos
+            rot = d.xmat[b].reshape(3, 3)
+            joint = Spherical.at(
+                q_ref, parent, i, point=anchors[0], axis=rot[:, 2], x=rot[:, 0], name=names[0]
+            )
+        elif kinds == ["hinge", "hinge"] and same_point:
+            if abs(np.dot(axes[0], axes[1])) > 1e-9:
+                raise ValueError(
+                    f"load: {where}: two hinges through one point with axes at "
+                    f"{np.degrees(np.arccos(np.clip(np.dot(axes[0], axes[1]), -1, 1))):.4g}° "
+                    "form a universal joint only when perpendicular. Fix: make the axes "
+                    "perpendicular, or put the second hinge in a child body."
+                )
+            joint = Universal.at(
+                q_ref, parent, i, point=anchors[0], axis=axes[0], x=axes[1], name="+".join(names)
+            )
+        elif kinds == ["hinge"] * 3 and same_point:
+            if abs(np.linalg.det(np.array(axes))) < 1e-6:
+                raise ValueError(
+                    f"load: {where}: three hinges through one point with dependent axes. Fix: "
+                    "give three independent axes (a ball joint), or fewer hinges."
+                )
+            joint = Spherical.at(q_ref, parent, i, point=anchors[0], name="+".join(names))
+        elif sorted(kinds) == ["hinge", "slide"] and abs(np.dot(axes[0], axes[1])) > 1 - 1e-12:
+            joint = Cylindrical.at(
+                q_ref, parent, i, point=anchors[0], axis=axes[0], name="+".join(names)
+            )
+        else:
+            raise ValueError(
+                f"load: {where} of types {kinds} has no exact rbjax joint. rbjax maps one "
+                "hinge/slide/ball/free joint per body, two perpendicular hinges or three "
+                "hinges through one point, or a hinge and a slide on one axis. Fix: split the "
+                "joints over child bodies (with mass) in the model file."
+            )
+        k = None
+        if joint is not None:
+            k = len(joints)
+            joints.append(joint)
+        for j, kind in zip(js, kinds, strict=True):
+            maps.append(
+                JointMap(
+                    name=joint_name[j],
+                    type=kind,
+                    body=i,
+                    joint=k,
+                    qpos=int(m.jnt_qposadr[j]),
+                    qvel=int(m.jnt_dofadr[j]),
+                    ref=np.array(m.qpos0[m.jnt_qposadr[j] : m.jnt_qposadr[j] + _nq(kind)]),
+                )
+            )
+            if len(js) == 1 and kind in ("hinge", "slide"):
+                single[j] = (kind, anchors[0], axes[0], parent, i)
+            elif spring_on[j] or damp_on[j] or j in actuated:
+                what = "stiffness/damping" if (spring_on[j] or damp_on[j]) else "an actuator"
+                problems.append(
+                    f"{what} on {kind} joint '{joint_name[j]}' (rbjax drives single hinge and "
+                    "slide joints only)"
+                )
+
+    def element(j, stiffness, damping, rest, actuator):
+        kind, anchor, axis, parent, i = single[j]
+        if kind == "hinge":
+            return RotationalSpringDamper.at(
+                q_ref,
+                parent,
+                i,
+                axis=axis,
+                ref=_perp(axis),
+                stiffness=stiffness,
+                damping=damping,
+                rest_angle=_wrap(rest),
+                actuator=actuator,
+            )
+        return AxialSpringDamper.at(
+            q_ref,
+            parent,
+            i,
+            point=anchor,
+            axis=axis,
+            stiffness=stiffness,
+            damping=damping,
+            rest_length=rest,
+            actuator=actuator,
+        )
+
+    for j in sorted(single):
+        k_s = float(m.jnt_stiffness[j]) if spring_on[j] else 0.0
+        c = float(m.dof_damping[m.jnt_dofadr[j]]) if damp_on[j] else 0.0
+        if k_s or c:
+            ref = float(m.qpos0[m.jnt_qposadr[j]])
+            forces.append(element(j, k_s, c, float(m.qpos_spring[m.jnt_qposadr[j]]) - ref, None))
+
+    # --- actuators
+    ctrl = None if control is None else np.asarray(control, dtype=float)
+    actuator_names = []
+    for a in range(m.nu):
+        name = _name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, a, f"actuator{a}")
+        actuator_names.append(name)
+        problem = _actuator_problem(m, a, single, joint_name)
+        if problem:
+            problems.append(f"actuator '{name}': {problem}")
+            continue
+        if off["ACTUATION"]:
+            continue
+        j = int(m.actuator_trnid[a, 0])
+        ref = float(m.qpos0[m.jnt_qposadr[j]])
+        act = Actuator(
+            gain=m.actuator_gainprm[a, 0:3],
+            bias=m.actuator_biasprm[a, 0:3] if int(m.actuator_biastype[a]) else np.zeros(3),
+            gear=float(m.actuator_gear[a, 0]),
+            control=0.0 if ctrl is None else _control(ctrl, a, m.nu),
+            ctrl_range=m.actuator_ctrlrange[a] if _limited(m, a, "ctrl") else None,
+            force_range=m.actuator_forcerange[a] if _limited(m, a, "force") else None,
+            offset=ref,
+            name=name,
+        )
+        forces.append(element(j, 0.0, 0.0, 0.0, act))
+
+    # --- equality constraints
+    for e in range(m.neq):
+        name = _name(m, mujoco.mjtObj.mjOBJ_EQUALITY, e, f"equality{e}")
+        kind = int(m.eq_type[e])
+        if off["EQUALITY"] or off["CONSTRAINT"]:
+            continue
+        if not m.eq_active0[e]:
+            problems.append(f"equality '{name}' is inactive at start (rbjax has no switching)")
+            continue
+        if kind not in (int(mujoco.mjtEq.mjEQ_CONNECT), int(mujoco.mjtEq.mjEQ_WELD)):
+            problems.append(
+                f"equality '{name}' of type {mujoco.mjtEq(kind).name} (rbjax imports connect "
+                "and weld)"
+            )
+            continue
+        joints.append(_equality(m, e, name, kind, local, local_axes, body_of))
+
+    # --- everything else with dynamics
+    problems += _unsupported(m, off, body_name, joint_name)
+    if problems:
+        text = (
+            f"load: {len(problems)} element(s) of the MuJoCo model have no rbjax counterpart "
+            "and are NOT simulated:\n  - " + "\n  - ".join(problems)
+        )
+        if unsupported == "error":
+            raise ValueError(text + "\nFix: remove them, or load with unsupported='warn'.")
+        warnings.warn(text, UserWarning, stacklevel=3)
+
+    gravity = np.zeros(3) if off["GRAVITY"] else np.array(m.opt.gravity)
+    source = MujocoSource(m, body_of, maps, actuator_names, movers)
+    state = source.state(qpos, qvel, dtype=dtype)
+    rb_model = model(bodies, gravity=gravity, joints=joints, forces=forces, formulation=formulation)
+    closes_loops = len(joints) > sum(1 for jm in maps if jm.joint is not None)
+    if closes_loops:
+        rb_model, state = _close_loops(rb_model, state, formulation is None)
+    return rb_model, state, float(m.opt.timestep), source
+
+
+def _close_loops(model, state, choose_formulation):
+    """A model with equality constraints: put the initial state on the loop-closure manifold
+    (MuJoCo's qpos, qvel need not satisfy a loop: its soft equality pulls it closed; rbjax's
+    exact one must start closed) and, when the equations are redundant there (a planar loop
+    closed by a connect: 3 equations where 2 are independent), use the formulation that
+    handles redundant constraints exactly (:class:`rbjax.UdwadiaSchutte`, the fundamental
+    equation with the Moore–Penrose inverse)."""
+    from .._analysis.mobility import mobility
+    from .._dynamics import UdwadiaSchutte
+
+    fixed, gap, moved = _assemble_least_squares(model, state)
+    if not gap <= 1e-10:
+        warnings.warn(
+            f"load: the initial state violates the loop closures by {gap:.3g}; it was "
+            f"assembled (coordinates moved by up to {moved:.3g}, velocities projected).",
+            UserWarning,
+            stacklevel=4,
+        )
+    state = fixed
+    if choose_formulation and mobility(model, state).redundant:
+        model = eqx.tree_at(lambda mdl: mdl.formulation, model, UdwadiaSchutte())
+        model.formulation.check_model(model)
+    return model, state
+
+
+def _assemble_least_squares(model, state, tol=1e-13, max_iters=30):
+    """Gauss–Newton with minimum-norm (pseudo-inverse) steps onto Φ(q) = 0, then the velocity
+    projection u ← u − M⁻¹W̃ᵀ(W̃M⁻¹W̃ᵀ)⁺ W̃u (the closest consistent velocities in the kinetic
+    energy metric). Pseudo-inverses, so redundant loop equations are fine (rbjax.assemble
+    needs independent ones). Rigid bodies, time-independent joints (what the loader builds).
+    Returns (state, largest initial residual, largest coordinate change)."""
+    import jax
+    import jax.numpy as jnp
+
+    from .. import _quaternion as quat
+
+    ground = jnp.array([0.0, 0, 0, 1, 0, 0, 0], state.q.dtype)
+    pairs = model.topology.joint_bodies
+
+    def phi(q):
+        rows = []
+        for joint, (i, j) in zip(model.joints, pairs, strict=True):
+            qi = ground if i == GROUND else q[i]
+            qj = ground if j == GROUND else q[j]
+            rows.append(joint.residual(qi, qj, 0.0))
+        return jnp.concatenate(rows)
+
+    def moved(q, delta):  # δ = (dr, dθ) per body, dθ in body axes
+        delta = delta.reshape(-1, 6)
+        half = jnp.concatenate([jnp.ones((len(q), 1)), 0.5 * delta[:, 3:6]], axis=1)
+        a = quat.mul(q[:, 3:7], half)
+        a = a / jnp.linalg.norm(a, axis=1, keepdims=True)
+        return jnp.concatenate([q[:, 0:3] + delta[:, 0:3], a], axis=1)
+
+    with jax.ensure_compile_time_eval():
+        q = jnp.asarray(state.q)
+        if q.dtype != jnp.float64:
+            tol = max(tol, 100 * float(jnp.finfo(q.dtype).eps))
+        zero = jnp.zeros(6 * len(q))
+        gap0 = None
+        for _ in range(max_iters):
+            res = np.asarray(phi(q))
+            gap0 = float(np.max(np.abs(res))) if gap0 is None else gap0
+            if np.max(np.abs(res)) <= tol:
+                break
+            jac = np.asarray(jax.jacfwd(lambda d, q=q: phi(moved(q, d)))(zero))
+            q = moved(q, jnp.asarray(-np.linalg.pinv(jac, rcond=1e-10) @ res))
+        jac = np.asarray(jax.jacfwd(lambda d: phi(moved(q, d)))(zero))
+        mass = np.asarray(model.mass)
+        inertia = np.asarray(model.inertia)
+        m_inv = np.zeros((6 * len(q), 6 * len(q)))
+        for b in range(len(q)):
+            m_inv[6 * b : 6 * b + 3, 6 * b : 6 * b + 3] = np.eye(3) / mass[b]
+            m_inv[6 * b + 3 : 6 * b + 6, 6 * b + 3 : 6 * b + 6] = np.linalg.inv(inertia[b])
+        u = np.asarray(state.u, np.float64)
+        vel = np.concatenate([u[:, 0:3], u[:, 4:7]], axis=1).reshape(-1)
+        gap0 = max(gap0 or 0.0, float(np.max(np.abs(jac @ vel))))
+        schur = jac @ m_inv @ jac.T
+        vel = vel - m_inv @ jac.T @ np.linalg.pinv(schur, rcond=1e-10, hermitian=True) @ (jac @ vel)
+        vel = vel.reshape(-1, 6)
+    u_new = np.concatenate([vel[:, 0:3], np.zeros((len(q), 1)), vel[:, 3:6]], axis=1)
+    change = float(np.max(np.abs(np.asarray(q) - np.asarray(state.q))))
+    out = State(
+        t=state.t,
+        q=jnp.asarray(q, state.q.dtype),
+        u=jnp.asarray(u_new, state.u.dtype),
+    )
+    return out, gap0, change
+
+
+def _nq(kind):
+    return {"free": 7, "ball": 4, "slide": 1, "hinge": 1}[kind]
+
+
+def _perp(z):
+    e = np.eye(3)[int(np.argmin(np.abs(z)))]
+    x = e - np.dot(e, z) * z
+    return x / np.linalg.norm(x)
+
+
+def _rotate(axis, angle, v):
+    """v rotated by ``angle`` about the unit ``axis`` (Rodrigues)."""
+    c, s = np.cos(angle), np.sin(angle)
+    return c * v + s * np.cross(axis, v) + (1 - c) * np.dot(axis, v) * axis
+
+
+def _wrap(angle):
+    """An angle in (−π, π] (the RSDA's rest angle is a principal value)."""
+    return float(np.pi - np.mod(np.pi - angle, 2 * np.pi))
+
+
+def _limited(m, a, what):
+    flag = int(getattr(m, f"actuator_{what}limited")[a])
+    rng = getattr(m, f"actuator_{what}range")[a]
+    return bool(flag) and rng[0] < rng[1]
+
+
+def _control(ctrl, a, nu):
+    if ctrl.shape != (nu,) or not np.all(np.isfinite(ctrl)):
+        raise ValueError(
+            f"load: control = {ctrl.tolist()} is not {nu} finite numbers (one per actuator, in "
+            "MuJoCo's ctrl order). Fix: pass a constant ctrl vector here; for time-varying "
+            "controls use rbjax.with_controls(model, ...)."
+        )
+    return float(ctrl[a])
+
+
+def _actuator_problem(m, a, single, joint_name):
+    mujoco = _mujoco()
+
+    if int(m.actuator_trntype[a]) != int(mujoco.mjtTrn.mjTRN_JOINT):
+        return f"transmission {mujoco.mjtTrn(int(m.actuator_trntype[a])).name} (rbjax: joints)"
+    j = int(m.actuator_trnid[a, 0])
+    if j not in single:
+        return f"drives joint '{joint_name[j]}', which is not a single hinge or slide"
+    if int(m.actuator_dyntype[a]) != int(mujoco.mjtDyn.mjDYN_NONE):
+        return "activation dynamics (dyntype) are not modelled"
+    if int(m.actuator_gaintype[a]) not in (
+        int(mujoco.mjtGain.mjGAIN_FIXED),
+        int(mujoco.mjtGain.mjGAIN_AFFINE),
+    ):
+        return "a gain type other than fixed/affine"
+    if int(m.actuator_biastype[a]) not in (
+        int(mujoco.mjtBias.mjBIAS_NONE),
+        int(mujoco.mjtBias.mjBIAS_AFFINE),
+    ):
+        return "a bias type other than none/affine"
+    if int(m.actuator_gaintype[a]) == int(mujoco.mjtGain.mjGAIN_FIXED) and np.any(
+        m.actuator_gainprm[a, 1:3]
+    ):
+        return "fixed gain with extra parameters"
+    for field in ("actuator_damping", "actuator_armature"):
+        if hasattr(m, field) and np.any(np.asarray(getattr(m, field))[a] != 0):
+            return f"{field.split('_', 1)[1]} is not modelled"
+    return None
+
+
+def _equality(m, e, name, kind, local, local_axes, body_of):
+    mujoco = _mujoco()
+
+    data = np.asarray(m.eq_data[e])
+    o1, o2 = int(m.eq_obj1id[e]), int(m.eq_obj2id[e])
+    site = int(m.eq_objtype[e]) == int(mujoco.mjtObj.mjOBJ_SITE)
+    if site:
+        b1, b2 = int(m.site_bodyid[o1]), int(m.site_bodyid[o2])
+        p1, p2 = np.array(m.site_pos[o1]), np.array(m.site_pos[o2])
+        r1, r2 = _quat_matrix(m.site_quat[o1]), _quat_matrix(m.site_quat[o2])
+    else:
+        b1, b2 = o1, o2  # body2 = 0 (world) when omitted
+        r1, r2 = np.eye(3), np.eye(3)
+        if kind == int(mujoco.mjtEq.mjEQ_CONNECT):
+            p1, p2 = data[0:3], data[3:6]
+        else:  # weld: anchor on body2, the same point in body1, body2's attitude in body1
+            p2, p1, r1 = data[0:3], data[3:6], _quat_matrix(data[6:10])
+    i, s_i = local(b1, p1)
+    j, s_j = local(b2, p2)
+    if i == j:
+        raise ValueError(
+            f"load: equality '{name}' connects bodies welded together (both in rbjax body "
+            f"{i}); it constrains nothing. Fix: remove it."
+        )
+    if kind == int(mujoco.mjtEq.mjEQ_CONNECT):
+        e = np.eye(3)
+        return Spherical(i, j, s_i=s_i, s_j=s_j, z_i=e[2], z_j=e[2], x_i=e[0], x_j=e[0], name=name)
+    ai, aj = local_axes(b1, r1), local_axes(b2, r2)
+    return Fixed(
+        i, j, s_i=s_i, s_j=s_j, x_i=ai[:, 0], z_i=ai[:, 2], x_j=aj[:, 0], z_j=aj[:, 2], name=name
+    )
+
+
+def _quat_matrix(q):
+    mujoco = _mujoco()
+
+    out = np.zeros(9)
+    mujoco.mju_quat2Mat(out, np.asarray(q, float) / np.linalg.norm(q))
+    return out.reshape(3, 3)
+
+
+def _unsupported(m, off, body_name, joint_name) -> list[str]:
+    mujoco = _mujoco()
+
+    out = []
+    if not off["CONTACT"] and not off["CONSTRAINT"]:
+        colliding = [
+            _name(m, mujoco.mjtObj.mjOBJ_GEOM, g, f"geom{g}")
+            for g in range(m.ngeom)
+            if (m.geom_contype[g] or m.geom_conaffinity[g])
+        ]
+        if m.npair or len(colliding) > 1:
+            shown = ", ".join(colliding[:8]) + (" ..." if len(colliding) > 8 else "")
+            out.append(
+                f"contacts: {len(colliding)} colliding geoms ({shown}) and {m.npair} explicit "
+                "pairs (rbjax has no contact model; <option><flag contact='disable'/> silences this)"
+            )
+    if not off["LIMIT"] and not off["CONSTRAINT"]:
+        lim = [joint_name[j] for j in range(m.njnt) if m.jnt_limited[j]]
+        if lim:
+            out.append(f"joint limits on {lim} (inequality constraints)")
+    if not off["FRICTIONLOSS"]:
+        fl = [joint_name[j] for j in range(m.njnt) if np.any(_dofs(m, j, m.dof_frictionloss))]
+        if fl:
+            out.append(f"friction loss on joints {fl}")
+    arm = [joint_name[j] for j in range(m.njnt) if np.any(_dofs(m, j, m.dof_armature))]
+    if arm:
+        out.append(f"armature (rotor inertia) on joints {arm}")
+    if m.ntendon:
+        out.append(f"{m.ntendon} tendon(s)")
+    if m.nsensor:
+        names = [_name(m, mujoco.mjtObj.mjOBJ_SENSOR, s, f"sensor{s}") for s in range(m.nsensor)]
+        out.append(f"sensors {names} (compute them from the trajectory)")
+    if m.nflex:
+        out.append(f"{m.nflex} flex object(s)")
+    mocap = [body_name[k] for k in range(m.nbody) if m.body_mocapid[k] >= 0]
+    if mocap:
+        out.append(f"mocap bodies {mocap}")
+    grav = [body_name[k] for k in range(m.nbody) if m.body_gravcomp[k] != 0]
+    if grav:
+        out.append(f"gravity compensation on bodies {grav}")
+    if m.opt.density or m.opt.viscosity or np.any(m.opt.wind):
+        out.append("fluid forces (option density/viscosity/wind)")
+    if hasattr(m, "nplugin") and m.nplugin:
+        out.append(f"{m.nplugin} plugin(s)")
+    return out
+
+
+def _dofs(m, j, field):
+    n = {0: 6, 1: 3, 2: 1, 3: 1}[int(m.jnt_type[j])]
+    a = int(m.jnt_dofadr[j])
+    return np.asarray(field[a : a + n])
