@@ -33,6 +33,8 @@ Everything is a JAX function of one system: jit, vmap, grad and jvp apply.
 
 from __future__ import annotations
 
+from typing import Any
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -79,11 +81,8 @@ def quat_from_matrix(rot):
             )
         a, b, c = i - 1, i % 3, (i + 1) % 3
         s = jnp.sqrt(jnp.maximum(1.0 + r[a, a] - r[b, b] - r[c, c], 1e-30)) * 2.0
-        v = [None, None, None]
-        v[a] = 0.25 * s
-        v[b] = (r[b, a] + r[a, b]) / s
-        v[c] = (r[c, a] + r[a, c]) / s
-        return jnp.stack([(r[c, b] - r[b, c]) / s, *v])
+        v = {a: 0.25 * s, b: (r[b, a] + r[a, b]) / s, c: (r[c, a] + r[a, c]) / s}
+        return jnp.stack([(r[c, b] - r[b, c]) / s, v[0], v[1], v[2]])
 
     outs = jnp.stack([branch(i) for i in range(4)])
     return outs[k]
@@ -115,7 +114,7 @@ class JointSpace(eqx.Module):
     * :meth:`mass_matrix` (nv, nv), :meth:`bias` (nv,) and :meth:`inverse_dynamics`.
     """
 
-    model: object
+    model: Any
     order: tuple = eqx.field(static=True)  # ((joint k, parent, child, reversed), ...) topological
     free: tuple[int, ...] = eqx.field(static=True)
     coordinates: tuple = eqx.field(static=True)
