@@ -85,7 +85,7 @@ class ControlSequence(eqx.Module):
             return self.values[k]
         s = jnp.clip(s, 0.0, n - 1.0)
         k = jnp.clip(jnp.floor(s).astype(jnp.int32), 0, max(n - 2, 0))
-        w = s - k
+        w = s - k.astype(s.dtype)
         k1 = jnp.minimum(k + 1, n - 1)
         return (1.0 - w) * self.values[k] + w * self.values[k1]
 

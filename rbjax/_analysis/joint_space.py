@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _quaternion as quat
+from .._errors import is_concrete
 from .._joints import Cylindrical, Fixed, Revolute, Spherical, Translational, Universal
 from .._state import State
 from .._topology import GROUND
@@ -57,6 +57,36 @@ _KINDS = {
 # Universal's frames at zero angles (built by Universal.at): x̄_i ∥ z̄_j, x̄_j ∥ z̄_i, so the
 # frame-j axes in frame i are (e3, −e2, e1): the rotation P of π about (e1 + e3)/√2.
 _P_UNIVERSAL = np.array([0.0, 1.0, 0.0, 1.0]) / np.sqrt(2.0)
+
+
+# Single-quaternion algebra on (4,) arrays (scalar first; Möller & Glocker 2012 eqs. (5), (23)):
+# the public rbjax.quaternion functions work on batches in the engine's layout, which for one
+# quaternion at a time costs several times the operations (measured: 3x the compile time of
+# the joint-space programs).
+def _qmul(a, b):
+    a0, av, b0, bv = a[0], a[1:4], b[0], b[1:4]
+    return jnp.concatenate(
+        [(a0 * b0 - jnp.dot(av, bv))[None], a0 * bv + b0 * av + jnp.cross(av, bv)]
+    )
+
+
+def _qconj(a):
+    return a * jnp.array([1.0, -1.0, -1.0, -1.0], a.dtype)
+
+
+def _qrot(a, x):
+    """R(A) x for a unit quaternion A."""
+    a0, av = a[0], a[1:4]
+    t = 2.0 * jnp.cross(av, x)
+    return x + a0 * t + jnp.cross(av, t)
+
+
+def _qrot_t(a, x):
+    return _qrot(_qconj(a), x)
+
+
+def _qmat(a):
+    return jax.vmap(lambda e: _qrot(a, e), out_axes=1)(jnp.eye(3, dtype=a.dtype))
 
 
 def quat_from_matrix(rot):
@@ -89,7 +119,16 @@ def quat_from_matrix(rot):
 
 
 def _frame_quat(x, z):
-    """Quaternion f of the frame (x̄, z̄ × x̄, z̄) (columns) in body axes."""
+    """Quaternion f of the frame (x̄, z̄ × x̄, z̄) (columns) in body axes: computed with NumPy
+    when the frame is concrete (a constant of the program), traced (and differentiable)
+    when it is not."""
+    if is_concrete((x, z)):
+        with jax.ensure_compile_time_eval():
+            return jnp.asarray(np.asarray(_frame_quat_traced(x, z)), jnp.result_type(x))
+    return _frame_quat_traced(x, z)
+
+
+def _frame_quat_traced(x, z):
     x = x / jnp.linalg.norm(x)
     z = z / jnp.linalg.norm(z)
     return quat_from_matrix(jnp.stack([x, jnp.cross(z, x), z], axis=-1))
@@ -193,31 +232,37 @@ class JointSpace(eqx.Module):
         return dict(self._offsets)[key]
 
     # ---------------------------------------------------------------- coordinates of a state
-    def _frames(self, k):
-        joint = self.model.joints[k]
-        return (
-            _frame_quat(joint.x_i, joint.z_i),
-            _frame_quat(joint.x_j, joint.z_j),
-            joint.s_i,
-            joint.s_j,
-        )
+    def _frames(self):
+        """{joint k: (f_i, f_j, s̄_i, s̄_j)} of the tree joints: the frame quaternions are
+        computed once per call of a public method (they are functions of the joints' leaves,
+        so derivatives with respect to joint geometry flow through them)."""
+        out = {}
+        for k, _, _, _ in self.order:
+            joint = self.model.joints[k]
+            out[k] = (
+                _frame_quat(joint.x_i, joint.z_i),
+                _frame_quat(joint.x_j, joint.z_j),
+                joint.s_i,
+                joint.s_j,
+            )
+        return out
 
-    def _joint_coordinates(self, k, q):
+    def _joint_coordinates(self, k, q, frames):
         """Position coordinates of tree joint k at q (nb, 7)."""
         joint = self.model.joints[k]
         i, j = self.model.topology.joint_bodies[k]
         ground = jnp.array([0.0, 0, 0, 1, 0, 0, 0], q.dtype)
         qi = ground if i == GROUND else q[i]
         qj = ground if j == GROUND else q[j]
-        fi, fj, si, sj = self._frames(k)
-        wi = quat.mul(qi[3:7], fi)
-        wj = quat.mul(qj[3:7], fj)
-        rel = quat.mul(quat.conjugate(wi), wj)
-        rel = rel / quat.norm(rel)
-        kmat = quat.rotation_matrix(rel)
-        p_i = qi[0:3] + quat.rotate(qi[3:7], si)
-        p_j = qj[0:3] + quat.rotate(qj[3:7], sj)
-        d = quat.rotate_inverse(wi, p_j - p_i)
+        fi, fj, si, sj = frames[k]
+        wi = _qmul(qi[3:7], fi)
+        wj = _qmul(qj[3:7], fj)
+        rel = _qmul(_qconj(wi), wj)
+        rel = rel / jnp.linalg.norm(rel)
+        kmat = _qmat(rel)
+        p_i = qi[0:3] + _qrot(qi[3:7], si)
+        p_j = qj[0:3] + _qrot(qj[3:7], sj)
+        d = _qrot_t(wi, p_j - p_i)
         kind = _KINDS[type(joint)][0]
         theta = jnp.arctan2(kmat[1, 0], kmat[0, 0])
         if kind == "revolute":
@@ -237,47 +282,64 @@ class JointSpace(eqx.Module):
     def positions(self, state: State):
         """Joint positions (nq,) of ONE system (free bodies: (r, A); module docstring)."""
         q = state.q
+        frames = self._frames()
         parts = []
         for key, _ in self._offsets:
             if key[0] == "body":
                 parts.append(q[key[1]])
             else:
-                parts.append(self._joint_coordinates(key[1], q))
+                parts.append(self._joint_coordinates(key[1], q, frames))
         return jnp.concatenate(parts)
 
     def velocities(self, state: State):
         """Joint velocities (nv,) of ONE system: rates of the angles and displacements, the
         relative angular velocity in frame j for a spherical joint, (v, ω) for a free body."""
         q, u = state.q, state.u
-        omega_w = jax.vmap(quat.rotate)(q[:, 3:7], u[:, 4:7])
+        frames = self._frames()
+        kinds = {k: _KINDS[type(joint)][0] for k, joint in enumerate(self.model.joints)}
+        scalar = [
+            key[1]
+            for key, _ in self._offsets
+            if key[0] == "joint" and kinds[key[1]] not in ("spherical", "fixed")
+        ]
+        rates = {}
+        if scalar:  # one jvp for every angle and displacement
+
+            def coordinates(qq):
+                return jnp.concatenate([self._joint_coordinates(k, qq, frames) for k in scalar])
+
+            _, flat = jax.jvp(coordinates, (q,), (jax.vmap(_q_dot)(q, u),))
+            start = 0
+            for k in scalar:
+                n = _KINDS[type(self.model.joints[k])][2]
+                rates[k] = flat[start : start + n]
+                start += n
         parts = []
         for key, _ in self._offsets:
             if key[0] == "body":
                 b = key[1]
                 parts.append(jnp.concatenate([u[b, 0:3], u[b, 4:7]]))
-                continue
-            k = key[1]
-            kind = _KINDS[type(self.model.joints[k])][0]
-            if kind == "spherical":
-                i, j = self.model.topology.joint_bodies[k]
-                w_i = jnp.zeros(3, q.dtype) if i == GROUND else omega_w[i]
-                w_j = jnp.zeros(3, q.dtype) if j == GROUND else omega_w[j]
-                _, fj, _, _ = self._frames(k)
-                parts.append(quat.rotate_inverse(quat.mul(q[j, 3:7], fj), w_j - w_i))
-                continue
-            q_dot = jax.vmap(_q_dot)(q, u)
-            _, rate = jax.jvp(lambda qq, k=k: self._joint_coordinates(k, qq), (q,), (q_dot,))
-            parts.append(rate)
+            elif kinds[key[1]] == "spherical":
+                i, j = self.model.topology.joint_bodies[key[1]]
+                _, fj, _, _ = frames[key[1]]
+                zero = jnp.zeros(3, q.dtype)
+                w_i = zero if i == GROUND else _qrot(q[i, 3:7], u[i, 4:7])
+                w_j = zero if j == GROUND else _qrot(q[j, 3:7], u[j, 4:7])
+                a_j = fj if j == GROUND else _qmul(q[j, 3:7], fj)
+                parts.append(_qrot_t(a_j, w_j - w_i))
+            elif kinds[key[1]] != "fixed":
+                parts.append(rates[key[1]])
         return jnp.concatenate(parts) if parts else jnp.zeros((0,), q.dtype)
 
     # ---------------------------------------------------------------- forward kinematics
-    def _place(self, qpos, base_q):
-        """Coordinates q (nb, 7) of the joint positions ``qpos`` (free bodies inside qpos);
-        ``base_q`` fills bodies that neither the tree nor qpos place (none, by construction)."""
-        q = base_q
+    def _place(self, qpos, frames):
+        """Coordinates q (nb, 7) of the joint positions ``qpos`` (free bodies inside qpos):
+        every body is placed, by qpos (free) or by its tree joint."""
+        dtype = qpos.dtype
+        q = {}
         for b in self.free:
             o, _ = self._offset(("body", b))
-            q = q.at[b].set(qpos[o : o + 7])
+            q[b] = qpos[o : o + 7]
         for k, parent, child, rev in self.order:
             o, _ = self._offset(("joint", k))
             kind, nq, _ = _KINDS[type(self.model.joints[k])]
@@ -285,33 +347,33 @@ class JointSpace(eqx.Module):
             if kind in ("revolute", "cylindrical"):
                 rel = _qz(x[0])
             elif kind == "universal":
-                rel = quat.mul(quat.mul(_qz(x[0]), jnp.asarray(_P_UNIVERSAL, q.dtype)), _qz(x[1]))
+                rel = _qmul(_qmul(_qz(x[0]), jnp.asarray(_P_UNIVERSAL, dtype)), _qz(x[1]))
             elif kind == "spherical":
                 rel = x / jnp.linalg.norm(x)
             else:
-                rel = jnp.array([1.0, 0, 0, 0], q.dtype)
+                rel = jnp.array([1.0, 0, 0, 0], dtype)
             slide = {"prismatic": x[0:1], "cylindrical": x[1:2]}.get(kind)
             t = (
-                jnp.zeros(3, q.dtype)
+                jnp.zeros(3, dtype)
                 if slide is None
-                else jnp.concatenate([jnp.zeros(2, q.dtype), slide])
+                else jnp.concatenate([jnp.zeros(2, dtype), slide])
             )
-            fi, fj, si, sj = self._frames(k)
+            fi, fj, si, sj = frames[k]
             if rev:  # the tree runs from body_j (known) to body_i
                 fi, fj, si, sj = fj, fi, sj, si
-                rel = quat.conjugate(rel)
-            ground = jnp.array([0.0, 0, 0, 1, 0, 0, 0], q.dtype)
+                rel = _qconj(rel)
+            ground = jnp.array([0.0, 0, 0, 1, 0, 0, 0], dtype)
             qp = ground if parent == GROUND else q[parent]
-            wp = quat.mul(qp[3:7], fi)
+            wp = _qmul(qp[3:7], fi)
             if rev:  # P_i = P_j − R_i F_i t: the slide is along the child's frame axis
-                a_c = quat.mul(quat.mul(wp, rel), quat.conjugate(fj))
-                p_c = qp[0:3] + quat.rotate(qp[3:7], si) - quat.rotate(quat.mul(a_c, fj), t)
+                a_c = _qmul(_qmul(wp, rel), _qconj(fj))
+                p_c = qp[0:3] + _qrot(qp[3:7], si) - _qrot(_qmul(a_c, fj), t)
             else:
-                a_c = quat.mul(quat.mul(wp, rel), quat.conjugate(fj))
-                p_c = qp[0:3] + quat.rotate(qp[3:7], si) + quat.rotate(wp, t)
-            r_c = p_c - quat.rotate(a_c, sj)
-            q = q.at[child].set(jnp.concatenate([r_c, a_c]))
-        return q
+                a_c = _qmul(_qmul(wp, rel), _qconj(fj))
+                p_c = qp[0:3] + _qrot(qp[3:7], si) + _qrot(wp, t)
+            r_c = p_c - _qrot(a_c, sj)
+            q[child] = jnp.concatenate([r_c, a_c])
+        return jnp.stack([q[b] for b in range(self.model.nb)])
 
     def _tangent(self, qpos, qvel):
         """d qpos / dt of the joint velocities (quaternion rates from angular velocities)."""
@@ -322,22 +384,21 @@ class JointSpace(eqx.Module):
                 w = qvel[v + 3 : v + 6]
                 parts += [
                     qvel[v : v + 3],
-                    0.5 * quat.mul(a, jnp.concatenate([jnp.zeros(1, a.dtype), w])),
+                    0.5 * _qmul(a, jnp.concatenate([jnp.zeros(1, a.dtype), w])),
                 ]
                 continue
             kind, nq, nv = _KINDS[type(self.model.joints[key[1]])]
             if kind == "spherical":
                 a = qpos[o : o + 4]
                 w = qvel[v : v + 3]
-                parts.append(0.5 * quat.mul(a, jnp.concatenate([jnp.zeros(1, a.dtype), w])))
+                parts.append(0.5 * _qmul(a, jnp.concatenate([jnp.zeros(1, a.dtype), w])))
             else:
                 parts.append(qvel[v : v + nv])
         return jnp.concatenate(parts) if parts else qvel
 
-    def _body_velocities(self, qpos, qvel):
+    def _body_velocities(self, qpos, qvel, frames):
         """(q (nb, 7), u (nb, 7)) of joint positions and velocities (rigid: ν = 0)."""
-        base = jnp.tile(jnp.array([0.0, 0, 0, 1, 0, 0, 0], qpos.dtype), (self.model.nb, 1))
-        q, q_dot = jax.jvp(lambda x: self._place(x, base), (qpos,), (self._tangent(qpos, qvel),))
+        q, q_dot = jax.jvp(lambda x: self._place(x, frames), (qpos,), (self._tangent(qpos, qvel),))
         return q, jax.vmap(_u_of)(q, q_dot)
 
     def state(self, qpos, qvel=None, t=0.0) -> State:
@@ -358,7 +419,7 @@ class JointSpace(eqx.Module):
                 f"JointSpace.state: qvel has shape {qvel.shape}, expected ({self.nv},). Fix: "
                 "pass one number per velocity coordinate."
             )
-        q, u = self._body_velocities(qpos, qvel)
+        q, u = self._body_velocities(qpos, qvel, self._frames())
         return State(t=jnp.asarray(t, dtype), q=q, u=u)
 
     # ---------------------------------------------------------------- Jacobians and dynamics
@@ -367,7 +428,7 @@ class JointSpace(eqx.Module):
         ``body`` (index or name)."""
         b = self._body(body)
         q = state.q[b]
-        return q[0:3] + quat.rotate(q[3:7], jnp.asarray(point_body, q.dtype))
+        return q[0:3] + _qrot(q[3:7], jnp.asarray(point_body, q.dtype))
 
     def _body(self, body):
         if isinstance(body, str):
@@ -384,7 +445,8 @@ class JointSpace(eqx.Module):
 
     def _velocity_map(self, state):
         qpos = self.positions(state)
-        return qpos, lambda qvel: self._body_velocities(qpos, qvel)[1]
+        frames = self._frames()
+        return qpos, lambda qvel: self._body_velocities(qpos, qvel, frames)[1]
 
     def jacobian(self, state: State, body, point_body=(0.0, 0.0, 0.0)):
         """Geometric Jacobian (6, nv) of a body point: rows 0–2 its world velocity, rows 3–5
@@ -396,8 +458,8 @@ class JointSpace(eqx.Module):
         def twist(qvel):
             u = umap(qvel)
             a = state.q[b, 3:7]
-            w = quat.rotate(a, u[b, 4:7])
-            return jnp.concatenate([u[b, 0:3] + jnp.cross(w, quat.rotate(a, s)), w])
+            w = _qrot(a, u[b, 4:7])
+            return jnp.concatenate([u[b, 0:3] + jnp.cross(w, _qrot(a, s)), w])
 
         return jax.jacfwd(twist)(jnp.zeros(self.nv, qpos.dtype))
 
@@ -426,24 +488,79 @@ class JointSpace(eqx.Module):
         _, jac = self._body_jacobian(state)
         return jac.T @ self._body_mass() @ jac
 
+    def _drift(self, state: State, qvel):
+        """Body accelerations at zero joint acceleration, u̇₀ = J̇ q̇ (nb, 6) = (a of the centre
+        of mass, ω̇ in body axes), by the velocity-product recursion along the tree
+        (Featherstone 2008 §5.3, written for world vectors). Per edge parent p → child c with
+        ω_rel = ω_c − ω_p and the joint-point levers ρ = R s̄ (body-fixed, ρ̈ = α × ρ + ω × (ω × ρ)):
+
+            α_c = α_p + ω_p × ω_rel  (+ θ̇₁θ̇₂ z_i × z_j, signed, for a Universal joint),
+            a_c = a_p + ρ̈_p + δ̈ − ρ̈_c,   δ = ±x e the slide along its owner's axis e,
+            δ̈ = ±(2ẋ ω_o × e + x (α_o × e + ω_o × (ω_o × e))).
+        """
+        dtype = state.q.dtype
+        q, u = state.q, state.u
+        frames = self._frames()
+        zero = jnp.zeros(3, dtype)
+        omega = {b: _qrot(q[b, 3:7], u[b, 4:7]) for b in range(self.model.nb)}
+        alpha = {b: zero for b in self.free}
+        acc = {b: zero for b in self.free}
+        omega[GROUND], alpha[GROUND], acc[GROUND] = zero, zero, zero
+
+        def lever(b, s):
+            return zero if b == GROUND else _qrot(q[b, 3:7], s)
+
+        def rho_ddot(b, r):
+            return jnp.cross(alpha[b], r) + jnp.cross(omega[b], jnp.cross(omega[b], r))
+
+        def world(b, v):
+            return v if b == GROUND else _qrot(q[b, 3:7], v)
+
+        for k, parent, child, rev in self.order:
+            joint = self.model.joints[k]
+            kind = _KINDS[type(joint)][0]
+            i, j = self.model.topology.joint_bodies[k]
+            _, fj, si, sj = frames[k]
+            o, v = self._offset(("joint", k))
+            rates = qvel[v : v + _KINDS[type(joint)][2]]
+            w_p, w_c = omega[parent], omega[child]
+            a_rel = jnp.cross(w_p, w_c - w_p)
+            if kind == "universal":
+                sign = -1.0 if rev else 1.0
+                zi = world(i, joint.z_i / jnp.linalg.norm(joint.z_i))
+                zj = world(j, joint.z_j / jnp.linalg.norm(joint.z_j))
+                a_rel = a_rel + sign * rates[0] * rates[1] * jnp.cross(zi, zj)
+            alpha[child] = alpha[parent] + a_rel
+            s_p, s_c = (sj, si) if rev else (si, sj)
+            r_p, r_c = lever(parent, s_p), lever(child, s_c)
+            slide = jnp.zeros(3, dtype)
+            if kind in ("prismatic", "cylindrical"):
+                x = self._joint_coordinates(k, q, frames)[-1]
+                xdot = rates[-1]
+                e = world(i, joint.z_i / jnp.linalg.norm(joint.z_i))  # owned by body i
+                owner = i
+                sign = -1.0 if rev else 1.0
+                w_o, a_o = omega[owner], alpha[owner]
+                slide = sign * (
+                    2.0 * xdot * jnp.cross(w_o, e)
+                    + x * (jnp.cross(a_o, e) + jnp.cross(w_o, jnp.cross(w_o, e)))
+                )
+            acc[child] = acc[parent] + rho_ddot(parent, r_p) + slide - rho_ddot(child, r_c)
+        return jnp.stack(
+            [jnp.concatenate([acc[b], _qrot_t(q[b, 3:7], alpha[b])]) for b in range(self.model.nb)]
+        )
+
     def inverse_dynamics(self, state: State, qacc):
         """Joint forces τ (nv,) that give the joint accelerations ``qacc`` at ``state`` under
-        gravity alone: τ = Jᵀ(M u̇ − f_g + (0, ω × Θω)), u̇ = J q̈ + J̇ q̇ (Newton–Euler per body;
-        the applied forces of the model are not included, as in MuJoCo's mj_rne)."""
+        gravity alone: τ = Jᵀ(M u̇ − f_g + (0, ω × Θω)), u̇ = J q̈ + J̇ q̇ (Newton–Euler per body,
+        J̇ q̇ by :meth:`_drift`; the applied forces of the model are not included, as in
+        MuJoCo's mj_rne)."""
         m = self.model
-        qpos = self.positions(state)
         qvel = self.velocities(state)
-        qacc = jnp.asarray(qacc, qpos.dtype)
-
-        def u_of(x, v):
-            return self._body_velocities(x, v)[1]
-
         _, jac = self._body_jacobian(state)
-        _, du_pos = jax.jvp(lambda x: u_of(x, qvel), (qpos,), (self._tangent(qpos, qvel),))
-        u = u_of(qpos, qvel)
-        drift = jnp.concatenate([du_pos[:, 0:3], du_pos[:, 4:7]], axis=1).reshape(-1)
-        udot = jac @ qacc + drift
-        w = u[:, 4:7]
+        qacc = jnp.asarray(qacc, jac.dtype)
+        udot = jac @ qacc + self._drift(state, qvel).reshape(-1)
+        w = state.u[:, 4:7]
         gyro = jnp.cross(w, jnp.einsum("bij,bj->bi", m.inertia, w))
         grav = m.mass[:, None] * m.gravity[None, :]
         load = jnp.concatenate([-grav, gyro], axis=1).reshape(-1)
@@ -459,12 +576,12 @@ def _q_dot(q, u):
     """q̇ of a rigid body's (r, A) from u = (v, ν, ω): ṙ = v, Ȧ = ½ A ⊗ (0, ω) (ν = 0)."""
     a = q[3:7]
     w = jnp.concatenate([jnp.zeros(1, q.dtype), u[4:7]])
-    return jnp.concatenate([u[0:3], 0.5 * quat.mul(a, w)])
+    return jnp.concatenate([u[0:3], 0.5 * _qmul(a, w)])
 
 
 def _u_of(q, q_dot):
     """u = (v, 0, ω) of (q, q̇) for a unit quaternion: ω = 2 Im(A* Ȧ)."""
-    w = 2.0 * quat.mul(quat.conjugate(q[3:7]), q_dot[3:7])[1:4]
+    w = 2.0 * _qmul(_qconj(q[3:7]), q_dot[3:7])[1:4]
     return jnp.concatenate([q_dot[0:3], jnp.zeros(1, q.dtype), w])
 
 

@@ -1,0 +1,453 @@
+"""rbjax.load (MJCF/URDF through MuJoCo's compiler) side by side with MuJoCo itself.
+
+Every comparison is against MuJoCo's own simulation of the same file (contacts disabled in the
+test models), stepped with MuJoCo's RK4 at the same step: the two engines share nothing but
+the file (MuJoCo integrates joint coordinates with its recursive algorithms, rbjax maximal
+coordinates with constraints). Both have RK4's O(h⁴) error, so their difference is the
+difference of two discretisations; the steps are small enough that it is below 1e-8.
+"""
+
+import pathlib
+import re
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import rbjax
+
+mujoco = pytest.importorskip("mujoco")
+
+MODELS = pathlib.Path(__file__).resolve().parents[1] / "examples" / "models"
+
+
+def _random_qpos(m, rng, spread=0.4):
+    qpos = m.qpos0.copy() + rng.uniform(-spread, spread, m.nq)
+    for j in range(m.njnt):
+        a = m.jnt_qposadr[j]
+        if m.jnt_type[j] == mujoco.mjtJoint.mjJNT_BALL:
+            qpos[a : a + 4] /= np.linalg.norm(qpos[a : a + 4])
+        if m.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
+            qpos[a + 3 : a + 7] /= np.linalg.norm(qpos[a + 3 : a + 7])
+    return qpos
+
+
+def _quat_equal_up_to_sign(a, b):
+    sign = np.where(np.sum(a * b, axis=-1, keepdims=True) < 0, -1.0, 1.0)
+    return np.abs(a - sign * b).max()
+
+
+def _side_by_side(path, qpos, qvel, ctrl=None, dt=1e-3, t_end=1.0, every=100):
+    """Errors (position, orientation, joint coordinates, velocities) of rbjax against MuJoCo
+    RK4 at the same step, at every ``every``-th step over ``t_end``."""
+    loaded = rbjax.load(path, qpos=qpos, qvel=qvel, control=ctrl)
+    m = loaded.source.mjmodel
+    m.opt.timestep = dt
+    m.opt.integrator = mujoco.mjtIntegrator.mjINT_RK4
+    d = mujoco.MjData(m)
+    d.qpos[:], d.qvel[:] = qpos, qvel
+    if ctrl is not None:
+        d.ctrl[:] = ctrl
+    n = int(round(t_end / dt))
+    ref_q, ref_u, ref_joint = [], [], []
+    for k in range(n + 1):
+        if k % every == 0:
+            s = loaded.source.state(d.qpos, d.qvel)
+            ref_q.append(np.asarray(s.q))
+            ref_u.append(np.asarray(s.u))
+            ref_joint.append(d.qpos.copy())
+        if k < n:
+            mujoco.mj_step(m, d)
+    traj = rbjax.rollout(loaded.model, loaded.state, dt, n, integrator=rbjax.RK4(), save_every=every)
+    q, u = np.asarray(traj.q), np.asarray(traj.u)
+    ref_q, ref_u, ref_joint = np.array(ref_q), np.array(ref_u), np.array(ref_joint)
+    assert q.shape == ref_q.shape
+    js = rbjax.JointSpace(loaded.model)
+    states = rbjax.State(t=traj.t, q=traj.q, u=traj.u)
+    joint = np.asarray(jax.jit(jax.vmap(js.positions))(states))
+    # ball/free quaternions: equal up to sign
+    joint_err = 0.0
+    for jm in loaded.source.joints:
+        a = jm.qpos
+        if jm.type == "hinge":  # rbjax's angle is the principal value, MuJoCo's unwrapped
+            diff = np.mod(joint[:, a] - ref_joint[:, a] + np.pi, 2 * np.pi) - np.pi
+            joint_err = max(joint_err, np.abs(diff).max())
+        elif jm.type == "slide":
+            joint_err = max(joint_err, np.abs(joint[:, a] - ref_joint[:, a]).max())
+        elif jm.type == "ball":
+            joint_err = max(joint_err, _quat_equal_up_to_sign(joint[:, a : a + 4], ref_joint[:, a : a + 4]))
+    return {
+        "position": np.abs(q[..., 0:3] - ref_q[..., 0:3]).max(),
+        "orientation": _quat_equal_up_to_sign(q[..., 3:7], ref_q[..., 3:7]),
+        "joint": joint_err,
+        "velocity": np.abs(u - ref_u).max(),
+        "loaded": loaded,
+        "traj": traj,
+    }
+
+
+@pytest.mark.parametrize("name", ["double_pendulum.xml", "double_pendulum.urdf"])
+def test_double_pendulum_matches_mujoco(name):
+    rng = np.random.default_rng(0)
+    m = mujoco.MjModel.from_xml_path(str(MODELS / name))
+    out = _side_by_side(MODELS / name, _random_qpos(m, rng, 1.0), rng.uniform(-2, 2, m.nv))
+    assert out["position"] < 1e-8 and out["orientation"] < 1e-8 and out["joint"] < 1e-8
+    assert out["velocity"] < 1e-7
+    if name.endswith(".urdf"):  # the URDF's joint damping became a spring-damper
+        assert [type(f).__name__ for f in out["loaded"].model.forces] == ["RotationalSpringDamper"]
+
+
+def test_cart_pole_slide_spring_damper_motor_and_servo_match_mujoco():
+    """A slide joint with stiffness (about springref), damping and a motor, a hinge with a
+    position servo: every force element of the loader against MuJoCo."""
+    out = _side_by_side(MODELS / "cart_pole.xml", [0.05, 0.4], [0.3, -1.0], ctrl=[0.5, 0.2])
+    assert max(out["position"], out["orientation"], out["joint"]) < 1e-8
+    assert out["velocity"] < 1e-8
+    kinds = sorted(type(f).__name__ for f in out["loaded"].model.forces)
+    assert kinds == ["AxialSpringDamper"] * 2 + ["RotationalSpringDamper"] * 2
+
+
+def test_seven_dof_arm_matches_mujoco():
+    """7 hinges (one with ref ≠ 0, one on a rotated body, one off its body origin), joint
+    damping, a joint spring, two motors, a position and a velocity servo; the tool is merged
+    into link7. The wrist is light and fast: RK4's error at dt = 1 ms is 2e-7 in either
+    engine (measured: the difference falls 16x per halving of dt), so the step is 0.25 ms."""
+    rng = np.random.default_rng(0)
+    out = _side_by_side(
+        MODELS / "arm7.xml",
+        rng.uniform(-0.5, 0.5, 7),
+        rng.uniform(-0.5, 0.5, 7),
+        ctrl=[0.3, 0.5, 0.1, 0.4],
+        dt=2.5e-4,
+        every=400,
+    )
+    assert max(out["position"], out["orientation"], out["joint"]) < 1e-8
+    assert out["velocity"] < 1e-7
+
+
+def test_humanoid_tree_matches_mujoco():
+    """A free root, a two-hinge universal waist, ball hips and shoulders (one on a rotated
+    body), hinge knees with damping and elbows, and a head welded to the torso (merged)."""
+    rng = np.random.default_rng(3)
+    m = mujoco.MjModel.from_xml_path(str(MODELS / "humanoid.xml"))
+    out = _side_by_side(MODELS / "humanoid.xml", _random_qpos(m, rng, 0.3), rng.uniform(-1, 1, m.nv))
+    assert max(out["position"], out["orientation"], out["joint"]) < 1e-8
+    assert out["velocity"] < 1e-8
+    loaded = out["loaded"]
+    assert loaded.model.nb == 10 and "head" not in loaded.model.names  # merged into torso
+    assert loaded.model.joint_names[0] == "waist_y+waist_x"
+    assert type(loaded.model.joints[0]).__name__ == "Universal"
+
+
+def test_four_bar_closed_by_equality_is_exact_where_mujoco_is_soft():
+    """A four-bar closed by an equality connect: MuJoCo enforces it softly (solref), rbjax
+    exactly. The planar loop's connect has 3 equations of which 2 are independent, so the
+    loader picks UdwadiaSchutte (Moore–Penrose); the inconsistent initial qvel is projected
+    onto the loop (with a warning). Reported: both engines' loop-closure drift over 1 s."""
+    path = MODELS / "four_bar.xml"
+    with pytest.warns(UserWarning, match="violates the loop closures"):
+        loaded = rbjax.load(path, qvel=[2.0, 0.0, 0.0])
+    assert isinstance(loaded.model.formulation, rbjax.UdwadiaSchutte)
+    m = loaded.source.mjmodel
+    js = rbjax.JointSpace(loaded.model)
+    assert js.loops == ("loop",)
+    qvel = np.asarray(js.velocities(loaded.state))  # consistent joint rates for MuJoCo
+    d = mujoco.MjData(m)
+    d.qvel[:] = qvel
+    dt, n = 1e-3, 1000
+    gap_mj = 0.0
+    for _ in range(n):
+        mujoco.mj_step(m, d)
+        mujoco.mj_kinematics(m, d)
+        p1 = d.xpos[2] + d.xmat[2].reshape(3, 3) @ m.eq_data[0, 0:3]
+        p2 = d.xpos[3] + d.xmat[3].reshape(3, 3) @ m.eq_data[0, 3:6]
+        gap_mj = max(gap_mj, np.linalg.norm(p1 - p2))
+    traj = rbjax.rollout(loaded.model, loaded.state, dt, n, integrator=rbjax.RK4(), save_every=10)
+    loop = loaded.model.joints[-1]
+    res = jax.vmap(lambda q: loop.residual(q[1], q[2], 0.0))(traj.q)
+    gap_rb = float(jnp.abs(res).max())
+    print(f"four-bar loop-closure drift over 1 s: MuJoCo {gap_mj:.2e} m, rbjax {gap_rb:.2e} m")
+    assert gap_rb < 1e-8
+    # the motion agrees to the size of MuJoCo's softness
+    final = loaded.source.state(d.qpos, d.qvel)
+    assert np.abs(np.asarray(traj.q[-1, :, 0:3]) - np.asarray(final.q[:, 0:3])).max() < 20 * gap_mj
+
+
+def test_composite_bodies_and_state_map_conserve_momentum_and_mass():
+    """Merged bodies (the tool into link7, the base into the ground) and the state map: total
+    mass, centre of mass, linear and angular momentum of the rbjax state equal MuJoCo's
+    (mj_subtreeVel) at a random state."""
+    rng = np.random.default_rng(5)
+    for name in ("arm7.xml", "humanoid.xml"):
+        m = mujoco.MjModel.from_xml_path(str(MODELS / name))
+        qpos, qvel = _random_qpos(m, rng), rng.uniform(-1, 1, m.nv)
+        loaded = rbjax.load(MODELS / name, qpos=qpos, qvel=qvel)
+        d = mujoco.MjData(m)
+        d.qpos[:], d.qvel[:] = qpos, qvel
+        mujoco.mj_forward(m, d)
+        mujoco.mj_subtreeVel(m, d)
+        # the subtree of the first moving body holds every moving body in both models
+        root = min(k for k in range(1, m.nbody) if loaded.source.body_of[k] >= 0)
+        mass = float(np.sum(loaded.model.mass))
+        np.testing.assert_allclose(mass, m.body_subtreemass[root], rtol=1e-14)
+        com = np.sum(np.asarray(loaded.model.mass)[:, None] * np.asarray(loaded.state.q[:, 0:3]), 0) / mass
+        np.testing.assert_allclose(com, d.subtree_com[root], atol=1e-14)
+        p = np.asarray(rbjax.linear_momentum(loaded.model, loaded.state))
+        np.testing.assert_allclose(p, mass * d.subtree_linvel[root], atol=1e-12)
+        h_origin = np.asarray(rbjax.angular_momentum(loaded.model, loaded.state))
+        h_com = h_origin - np.cross(com, p)  # MuJoCo's subtree_angmom is about the subtree COM
+        np.testing.assert_allclose(h_com, d.subtree_angmom[root], atol=1e-12)
+
+
+# ------------------------------------------------------------------ joint space vs MuJoCo
+
+
+@pytest.mark.parametrize("name", ["humanoid.xml", "cart_pole.xml"])
+def test_joint_space_matches_mujoco_kinematics_jacobian_mass_matrix_and_bias(name):
+    """Joint coordinates both ways, a body point's Jacobian (mj_jac), the joint-space mass
+    matrix (mj_fullM) and the bias forces (qfrc_bias = mj_rne at zero acceleration), at a
+    random state, to round-off."""
+    rng = np.random.default_rng(11)
+    m = mujoco.MjModel.from_xml_path(str(MODELS / name))
+    qpos, qvel = _random_qpos(m, rng), rng.uniform(-1, 1, m.nv)
+    loaded = rbjax.load(MODELS / name, qpos=qpos, qvel=qvel)
+    js = rbjax.JointSpace(loaded.model)
+    assert (js.nq, js.nv) == (m.nq, m.nv)
+    state = loaded.state
+    d = mujoco.MjData(m)
+    d.qpos[:], d.qvel[:] = qpos, qvel
+    mujoco.mj_forward(m, d)
+    qacc = rng.uniform(-1, 1, m.nv)
+    b = m.nbody - 1
+    mover = loaded.source.body_of[b]
+    point = d.xpos[b] + np.array([0.05, -0.02, 0.03])
+    q = np.asarray(state.q[mover])
+    local = np.asarray(rbjax.quaternion.rotate_inverse(q[3:7], point - q[0:3]))
+
+    @jax.jit  # one program for everything below (each function is a JAX function of the state)
+    def everything(state, qpos, qvel, qacc):
+        qp, qv = rbjax.joint_coordinates(loaded.model, state)
+        back = rbjax.state_from_joint_coordinates(loaded.model, qpos, qvel)
+        return (
+            qp,
+            qv,
+            back,
+            js.mass_matrix(state),
+            js.inverse_dynamics(state, qacc),
+            js.point(state, mover, local),
+            js.jacobian(state, mover, local),
+        )
+
+    qp, qv, back, mass, tau, where, jac = everything(state, qpos, qvel, qacc)
+    for jm in loaded.source.joints:
+        a = jm.qpos
+        n = {"hinge": 1, "slide": 1, "ball": 4, "free": 7}[jm.type]
+        got, want = qp[a : a + n], qpos[a : a + n]
+        if jm.type == "ball":
+            got = got * np.sign(got @ want)
+        np.testing.assert_allclose(got, want, atol=1e-13, err_msg=jm.name)
+    np.testing.assert_allclose(qv, qvel, atol=1e-13)
+    np.testing.assert_allclose(back.q, state.q, atol=1e-13)
+    np.testing.assert_allclose(back.u, state.u, atol=1e-13)
+    full = np.zeros((m.nv, m.nv))
+    mujoco.mj_fullM(m, d, full)
+    np.testing.assert_allclose(mass, full, atol=1e-12 * np.abs(full).max())
+    bias = tau - mass @ qacc  # inverse dynamics = M q̈ + C q̇ + g
+    np.testing.assert_allclose(bias, d.qfrc_bias, atol=1e-11 * np.abs(d.qfrc_bias).max())
+    d.qacc[:] = qacc
+    mujoco.mj_inverse(m, d)
+    # qfrc_inverse = M q̈ + bias − passive (no constraints in a tree); JointSpace: M q̈ + bias
+    want = d.qfrc_inverse + d.qfrc_passive
+    np.testing.assert_allclose(tau, want, atol=1e-12 * np.abs(want).max())
+    jacp, jacr = np.zeros((3, m.nv)), np.zeros((3, m.nv))
+    mujoco.mj_jac(m, d, jacp, jacr, point, b)
+    np.testing.assert_allclose(where, point, atol=1e-14)
+    np.testing.assert_allclose(jac[:3], jacp, atol=1e-13)
+    np.testing.assert_allclose(jac[3:], jacr, atol=1e-13)
+
+
+def test_joint_space_is_differentiable_against_finite_differences():
+    """d(mass matrix)/d(mass of a link) and d(point)/d(joint angle) by jax.grad against central
+    differences: the joint-level functions are JAX functions of the model."""
+    loaded = rbjax.load(MODELS / "double_pendulum.xml", qpos=[0.3, -0.5])
+    model, state = loaded.model, loaded.state
+
+    def m11(mass):
+        mdl = jax.tree_util.tree_map(lambda x: x, model)
+        mdl = __import__("equinox").tree_at(lambda mm: mm.mass, mdl, mass)
+        return rbjax.JointSpace(mdl).mass_matrix(state)[0, 0]
+
+    g = jax.grad(m11)(model.mass)
+    eps = 1e-6
+    for b in range(2):
+        e = jnp.zeros(2).at[b].set(eps)
+        fd = (m11(model.mass + e) - m11(model.mass - e)) / (2 * eps)
+        np.testing.assert_allclose(g[b], fd, rtol=1e-7)
+
+    js = rbjax.JointSpace(model)
+
+    def tip(qpos):
+        return js.point(js.state(qpos), 1, jnp.array([0.0, 0.0, -0.25]))
+
+    jac = jax.jacfwd(tip)(jnp.array([0.3, -0.5]))
+    fd = np.stack(
+        [(tip(jnp.array([0.3, -0.5]) + e) - tip(jnp.array([0.3, -0.5]) - e)) / 2e-6 for e in 1e-6 * np.eye(2)],
+        axis=1,
+    )
+    np.testing.assert_allclose(jac, fd, atol=1e-8)
+
+
+# ------------------------------------------------------------------ what the loader refuses
+
+
+UNSUPPORTED = """
+<mujoco>
+  <option timestep="0.002"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="1 1 .1"/>
+    <body name="a" pos="0 0 1">
+      <joint name="hinge_a" type="hinge" range="-1 1" limited="true" armature="0.1" frictionloss="0.2"/>
+      <geom name="ball_a" size=".1"/>
+      <site name="s"/>
+      <body name="b" pos="0 0 -.3">
+        <joint name="ball_b" type="ball" damping="0.3"/>
+        <geom name="ball_b" size=".1"/>
+      </body>
+    </body>
+  </worldbody>
+  <tendon><fixed name="t"><joint joint="hinge_a" coef="1"/></fixed></tendon>
+  <actuator>
+    <general name="filtered" joint="hinge_a" dyntype="filter" dynprm="0.1"/>
+    <motor name="on_ball" joint="ball_b"/>
+  </actuator>
+  <sensor><framepos name="where" objtype="site" objname="s"/></sensor>
+</mujoco>
+"""
+
+
+def test_unsupported_elements_are_named_in_one_warning_or_error(tmp_path):
+    path = tmp_path / "unsupported.xml"
+    path.write_text(UNSUPPORTED)
+    with pytest.warns(UserWarning) as record:
+        loaded = rbjax.load(path)
+    assert len(record) == 1
+    text = str(record[0].message)
+    for needle in (
+        "contacts",
+        "floor",
+        "joint limits on ['hinge_a']",
+        "friction loss on joints ['hinge_a']",
+        "armature (rotor inertia) on joints ['hinge_a']",
+        "1 tendon",
+        "sensors ['where']",
+        "stiffness/damping on ball joint 'ball_b'",
+        "actuator 'filtered': activation dynamics",
+        "actuator 'on_ball': drives joint 'ball_b'",
+    ):
+        assert needle in text, needle
+    assert loaded.model.nb == 2
+    with pytest.raises(ValueError, match=r"element\(s\) of the MuJoCo model have no rbjax counterpart"):
+        rbjax.load(path, unsupported="error")
+
+
+@pytest.mark.parametrize(
+    ("xml", "match"),
+    [
+        (
+            '<body name="light"><joint name="j" type="hinge"/><body name="heavy" pos="0 0 -1"><joint type="hinge"/><geom size=".1"/></body></body>',
+            r"(?s)MuJoCo cannot compile .*moving bodies must be larger.*'light'",  # MuJoCo's own check
+        ),
+        (
+            '<body name="b"><joint name="h1" type="hinge" axis="1 0 0"/><joint name="h2" type="hinge" axis="1 1 0"/><geom size=".1"/></body>',
+            "form a universal joint only when perpendicular",
+        ),
+        (
+            '<body name="b"><joint name="h" type="hinge" axis="1 0 0"/><joint name="s" type="slide" axis="0 1 0"/><geom size=".1"/></body>',
+            r"types \['hinge', 'slide'\] has no exact rbjax joint",
+        ),
+        ('<body name="b"><geom size=".1"/></body>', "has no moving body"),
+    ],
+)
+def test_models_the_loader_cannot_map_raise_naming_the_body(tmp_path, xml, match):
+    path = tmp_path / "bad.xml"
+    path.write_text(
+        f'<mujoco><option><flag contact="disable"/></option><worldbody>{xml}</worldbody></mujoco>'
+    )
+    with pytest.raises(ValueError, match=match):
+        rbjax.load(path)
+
+
+def test_bad_arguments_raise_naming_the_fix(tmp_path):
+    with pytest.raises(ValueError, match="is not a file"):
+        rbjax.load(tmp_path / "missing.xml")
+    (tmp_path / "m.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"extension '.txt'"):
+        rbjax.load(tmp_path / "m.txt")
+    (tmp_path / "broken.xml").write_text("<mujoco><worldbody><body><joint type='hinge'/></worldbody></mujoco>")
+    with pytest.raises(ValueError, match="MuJoCo cannot compile"):
+        rbjax.load(tmp_path / "broken.xml")
+    with pytest.raises(ValueError, match=r"qpos has shape \(3,\).*size 2"):
+        rbjax.load(MODELS / "double_pendulum.xml", qpos=[0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="is not 2 finite numbers"):
+        rbjax.load(MODELS / "cart_pole.xml", control=[1.0])
+    with pytest.raises(ValueError, match="is not a policy"):
+        rbjax.load(MODELS / "cart_pole.xml", unsupported="ignore")
+
+
+WELD = """
+<mujoco>
+  <option><flag contact="disable"/></option>
+  <worldbody>
+    <site name="anchor" pos="0.3 0 1.2"/>
+    <body name="free" pos="0.3 0.1 1" quat="0.9 0.1 0.3 0.2">
+      <freejoint/>
+      <geom type="box" size=".1 .05 .02"/>
+    </body>
+    <body name="pendulum" pos="0 0 1">
+      <joint name="pin" type="hinge" axis="0 1 0"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0.2" size=".02"/>
+      <site name="tip" pos="0.3 0 0.2"/>
+    </body>
+  </worldbody>
+  <equality>
+    <weld body1="free"/>
+    <connect site1="tip" site2="anchor"/>
+  </equality>
+</mujoco>
+"""
+
+
+def test_weld_to_world_and_site_connect_hold_exactly(tmp_path):
+    """A free body welded to the world stays where it is under gravity; a pendulum whose tip
+    is connected (by sites) to a world point cannot move: both equalities are exact."""
+    path = tmp_path / "weld.xml"
+    path.write_text(WELD)
+    loaded = rbjax.load(path)
+    kinds = [type(j).__name__ for j in loaded.model.joints]
+    assert kinds == ["Revolute", "Fixed", "Spherical"]
+    traj = rbjax.rollout(loaded.model, loaded.state, 1e-3, 200, integrator=rbjax.RK4(), save_every=200)
+    np.testing.assert_allclose(traj.q[-1], loaded.state.q, atol=1e-9)
+
+
+def test_actuator_laws_against_mujoco_force_formula():
+    """Actuator.motor/position/velocity give gear·(gain·u + bias) with MuJoCo's clamps."""
+    u = 3.0
+    motor = rbjax.Actuator.motor(gear=2.0, control=u, ctrl_range=(-1.0, 1.0))
+    assert float(motor(0.0, 0.4, 0.1)) == pytest.approx(2.0 * 1.0)
+    servo = rbjax.Actuator.position(5.0, kv=0.5, control=0.7, offset=0.2, force_range=(-1.0, 1.0))
+    assert float(servo(0.0, 0.1, 0.3)) == pytest.approx(np.clip(5.0 * (0.7 - 0.3) - 0.5 * 0.3, -1, 1))
+    vel = rbjax.Actuator.velocity(2.0, gear=3.0, control=lambda t: 1.0 + t)
+    assert float(vel(1.0, 0.0, 0.5)) == pytest.approx(3.0 * 2.0 * (2.0 - 3.0 * 0.5))
+    seq = rbjax.ControlSequence([0.0, 1.0, 4.0], dt=0.5)
+    np.testing.assert_allclose([seq(0.49), seq(0.5), seq(10.0)], [0.0, 1.0, 4.0])
+    lin = rbjax.ControlSequence([0.0, 1.0, 4.0], dt=0.5, hold="linear")
+    np.testing.assert_allclose([lin(0.25), lin(0.75), lin(-1.0)], [0.5, 2.5, 0.0])
+    with pytest.raises(ValueError, match=r"ctrl_range = .* lower bound > upper bound"):
+        rbjax.Actuator.motor(ctrl_range=(1.0, -1.0))
+    with pytest.raises(ValueError, match="is not a hold rule"):
+        rbjax.ControlSequence([1.0], dt=0.1, hold="cubic")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert re.search("Actuator", repr(motor))
