@@ -22,6 +22,7 @@ from ._analysis.invariants import (
     total_energy as total_energy,
 )
 from ._analysis.joint_space import (
+    JointForces as JointForces,
     JointSpace as JointSpace,
     joint_coordinates as joint_coordinates,
     state_from_joint_coordinates as state_from_joint_coordinates,
@@ -74,6 +75,7 @@ from ._integrators import (
     Projected as Projected,
     SemiImplicitEuler as SemiImplicitEuler,
 )
+from ._io.expressions import Expression as Expression
 from ._io.load import Loaded as Loaded, load as load
 from ._joints import (
     CustomConstraint as CustomConstraint,

@@ -43,6 +43,7 @@ def _range(field: str, r, fix: str):
     return r
 
 
+@validates_inputs
 class ControlSequence(eqx.Module):
     """A control signal u(t) given at the times t₀ + k·dt, k = 0..n−1 (``values`` (n,) or
     (n, m) for m actuators), held constant over each interval like MuJoCo's ``ctrl`` between

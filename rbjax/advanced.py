@@ -27,5 +27,6 @@ from ._integrators import (
     ButcherTableau as ButcherTableau,
     ExplicitRK as ExplicitRK,
 )
+from ._io.mujoco import JointMap as JointMap, MujocoSource as MujocoSource
 from ._joints import AbstractJoint as AbstractJoint
 from ._topology import Topology as Topology

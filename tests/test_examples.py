@@ -64,6 +64,18 @@ def run(name, argv, capsys):
         ),
         ("identify_tumbling", [], "moment ratios, largest relative error"),
         (
+            "import_robot",  # the double pendulum: the 7-DOF arm's computed-torque program compiles for minutes
+            [
+                "--model",
+                str(EXAMPLES / "models" / "double_pendulum.xml"),
+                "--t-end",
+                "0.2",
+                "--dt",
+                "1e-3",
+            ],
+            "joint error vs closed form",
+        ),
+        (
             "identify_double_pendulum",
             ["--samples", "151", "--dt", "0.02"],
             "fit 2: masses, largest relative error",

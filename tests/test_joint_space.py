@@ -65,7 +65,9 @@ def test_bias_equals_lagrange_by_autodiff_on_reversed_joints():
         st = js.state(x, xd)
         # Lagrange at q̈ = 0: C q̇ + g = (∂²T/∂ẋ∂x) ẋ − ∂T/∂x + ∂V/∂x
         dT_dxd = lambda x: jax.grad(kinetic, argnums=1)(x, xd)
-        lagrange = jax.jvp(dT_dxd, (x,), (xd,))[1] - jax.grad(kinetic)(x, xd) + jax.grad(potential)(x)
+        lagrange = (
+            jax.jvp(dT_dxd, (x,), (xd,))[1] - jax.grad(kinetic)(x, xd) + jax.grad(potential)(x)
+        )
         return js.bias(st), lagrange, js.mass_matrix(st), js.positions(st), js.velocities(st)
 
     bias, lagrange, mass, x_back, xd_back = both(x, xd)
@@ -100,9 +102,9 @@ def test_state_from_joint_coordinates_assembles_loops_and_gradients_flow():
     def closure(qq):
         return loop.residual(qq[1], qq[2], 0.0)
 
-    q_dot = jax.vmap(lambda a, w: 0.5 * rbjax.quaternion.mul(a, jnp.concatenate([jnp.zeros(1), w])))(
-        state.q[:, 3:7], state.u[:, 4:7]
-    )
+    q_dot = jax.vmap(
+        lambda a, w: 0.5 * rbjax.quaternion.mul(a, jnp.concatenate([jnp.zeros(1), w]))
+    )(state.q[:, 3:7], state.u[:, 4:7])
     q_dot = jnp.concatenate([state.u[:, 0:3], q_dot], axis=1)
     res, rate = jax.jvp(closure, (state.q,), (q_dot,))
     assert float(jnp.abs(res).max()) < 1e-12 and float(jnp.abs(rate).max()) < 1e-12
@@ -114,7 +116,9 @@ def test_state_from_joint_coordinates_assembles_loops_and_gradients_flow():
     g = jax.grad(m00)(model.mass)
     for b in range(3):
         e = jnp.zeros(3).at[b].set(1e-6)
-        np.testing.assert_allclose(g[b], (m00(model.mass + e) - m00(model.mass - e)) / 2e-6, rtol=1e-7)
+        np.testing.assert_allclose(
+            g[b], (m00(model.mass + e) - m00(model.mass - e)) / 2e-6, rtol=1e-7
+        )
 
 
 def test_joint_space_refuses_scalable_bodies_and_bad_shapes():

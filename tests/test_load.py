@@ -60,7 +60,9 @@ def _side_by_side(path, qpos, qvel, ctrl=None, dt=1e-3, t_end=1.0, every=100):
             ref_joint.append(d.qpos.copy())
         if k < n:
             mujoco.mj_step(m, d)
-    traj = rbjax.rollout(loaded.model, loaded.state, dt, n, integrator=rbjax.RK4(), save_every=every)
+    traj = rbjax.rollout(
+        loaded.model, loaded.state, dt, n, integrator=rbjax.RK4(), save_every=every
+    )
     q, u = np.asarray(traj.q), np.asarray(traj.u)
     ref_q, ref_u, ref_joint = np.array(ref_q), np.array(ref_u), np.array(ref_joint)
     assert q.shape == ref_q.shape
@@ -77,7 +79,9 @@ def _side_by_side(path, qpos, qvel, ctrl=None, dt=1e-3, t_end=1.0, every=100):
         elif jm.type == "slide":
             joint_err = max(joint_err, np.abs(joint[:, a] - ref_joint[:, a]).max())
         elif jm.type == "ball":
-            joint_err = max(joint_err, _quat_equal_up_to_sign(joint[:, a : a + 4], ref_joint[:, a : a + 4]))
+            joint_err = max(
+                joint_err, _quat_equal_up_to_sign(joint[:, a : a + 4], ref_joint[:, a : a + 4])
+            )
     return {
         "position": np.abs(q[..., 0:3] - ref_q[..., 0:3]).max(),
         "orientation": _quat_equal_up_to_sign(q[..., 3:7], ref_q[..., 3:7]),
@@ -132,7 +136,9 @@ def test_humanoid_tree_matches_mujoco():
     body), hinge knees with damping and elbows, and a head welded to the torso (merged)."""
     rng = np.random.default_rng(3)
     m = mujoco.MjModel.from_xml_path(str(MODELS / "humanoid.xml"))
-    out = _side_by_side(MODELS / "humanoid.xml", _random_qpos(m, rng, 0.3), rng.uniform(-1, 1, m.nv))
+    out = _side_by_side(
+        MODELS / "humanoid.xml", _random_qpos(m, rng, 0.3), rng.uniform(-1, 1, m.nv)
+    )
     assert max(out["position"], out["orientation"], out["joint"]) < 1e-8
     assert out["velocity"] < 1e-8
     loaded = out["loaded"]
@@ -192,7 +198,10 @@ def test_composite_bodies_and_state_map_conserve_momentum_and_mass():
         root = min(k for k in range(1, m.nbody) if loaded.source.body_of[k] >= 0)
         mass = float(np.sum(loaded.model.mass))
         np.testing.assert_allclose(mass, m.body_subtreemass[root], rtol=1e-14)
-        com = np.sum(np.asarray(loaded.model.mass)[:, None] * np.asarray(loaded.state.q[:, 0:3]), 0) / mass
+        com = (
+            np.sum(np.asarray(loaded.model.mass)[:, None] * np.asarray(loaded.state.q[:, 0:3]), 0)
+            / mass
+        )
         np.testing.assert_allclose(com, d.subtree_com[root], atol=1e-14)
         p = np.asarray(rbjax.linear_momentum(loaded.model, loaded.state))
         np.testing.assert_allclose(p, mass * d.subtree_linvel[root], atol=1e-12)
@@ -293,7 +302,10 @@ def test_joint_space_is_differentiable_against_finite_differences():
 
     jac = jax.jacfwd(tip)(jnp.array([0.3, -0.5]))
     fd = np.stack(
-        [(tip(jnp.array([0.3, -0.5]) + e) - tip(jnp.array([0.3, -0.5]) - e)) / 2e-6 for e in 1e-6 * np.eye(2)],
+        [
+            (tip(jnp.array([0.3, -0.5]) + e) - tip(jnp.array([0.3, -0.5]) - e)) / 2e-6
+            for e in 1e-6 * np.eye(2)
+        ],
         axis=1,
     )
     np.testing.assert_allclose(jac, fd, atol=1e-8)
@@ -348,7 +360,9 @@ def test_unsupported_elements_are_named_in_one_warning_or_error(tmp_path):
     ):
         assert needle in text, needle
     assert loaded.model.nb == 2
-    with pytest.raises(ValueError, match=r"element\(s\) of the MuJoCo model have no rbjax counterpart"):
+    with pytest.raises(
+        ValueError, match=r"element\(s\) of the MuJoCo model have no rbjax counterpart"
+    ):
         rbjax.load(path, unsupported="error")
 
 
@@ -385,7 +399,9 @@ def test_bad_arguments_raise_naming_the_fix(tmp_path):
     (tmp_path / "m.txt").write_text("x")
     with pytest.raises(ValueError, match=r"extension '.txt'"):
         rbjax.load(tmp_path / "m.txt")
-    (tmp_path / "broken.xml").write_text("<mujoco><worldbody><body><joint type='hinge'/></worldbody></mujoco>")
+    (tmp_path / "broken.xml").write_text(
+        "<mujoco><worldbody><body><joint type='hinge'/></worldbody></mujoco>"
+    )
     with pytest.raises(ValueError, match="MuJoCo cannot compile"):
         rbjax.load(tmp_path / "broken.xml")
     with pytest.raises(ValueError, match=r"qpos has shape \(3,\).*size 2"):
@@ -427,7 +443,9 @@ def test_weld_to_world_and_site_connect_hold_exactly(tmp_path):
     loaded = rbjax.load(path)
     kinds = [type(j).__name__ for j in loaded.model.joints]
     assert kinds == ["Revolute", "Fixed", "Spherical"]
-    traj = rbjax.rollout(loaded.model, loaded.state, 1e-3, 200, integrator=rbjax.RK4(), save_every=200)
+    traj = rbjax.rollout(
+        loaded.model, loaded.state, 1e-3, 200, integrator=rbjax.RK4(), save_every=200
+    )
     np.testing.assert_allclose(traj.q[-1], loaded.state.q, atol=1e-9)
 
 
@@ -437,7 +455,9 @@ def test_actuator_laws_against_mujoco_force_formula():
     motor = rbjax.Actuator.motor(gear=2.0, control=u, ctrl_range=(-1.0, 1.0))
     assert float(motor(0.0, 0.4, 0.1)) == pytest.approx(2.0 * 1.0)
     servo = rbjax.Actuator.position(5.0, kv=0.5, control=0.7, offset=0.2, force_range=(-1.0, 1.0))
-    assert float(servo(0.0, 0.1, 0.3)) == pytest.approx(np.clip(5.0 * (0.7 - 0.3) - 0.5 * 0.3, -1, 1))
+    assert float(servo(0.0, 0.1, 0.3)) == pytest.approx(
+        np.clip(5.0 * (0.7 - 0.3) - 0.5 * 0.3, -1, 1)
+    )
     vel = rbjax.Actuator.velocity(2.0, gear=3.0, control=lambda t: 1.0 + t)
     assert float(vel(1.0, 0.0, 0.5)) == pytest.approx(3.0 * 2.0 * (2.0 - 3.0 * 0.5))
     seq = rbjax.ControlSequence([0.0, 1.0, 4.0], dt=0.5)
@@ -451,3 +471,30 @@ def test_actuator_laws_against_mujoco_force_formula():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert re.search("Actuator", repr(motor))
+
+
+@pytest.mark.parametrize("name", ["humanoid.xml", "cart_pole.xml"])
+def test_joint_forces_do_the_work_of_their_joint_torques(name):
+    """JointForces' wrenches are the dual of JointSpace's velocities: their power on any
+    admissible motion (from random joint velocities) is τᵀq̇ (free, universal, spherical,
+    revolute and prismatic shares), so they act on the dynamics as MuJoCo's qfrc_applied."""
+    loaded = rbjax.load(MODELS / name)
+    model = loaded.model
+    js = rbjax.JointSpace(model)
+    rng = np.random.default_rng(8)
+    tau = jnp.asarray(rng.uniform(-2, 2, js.nv))
+    qvel = jnp.asarray(rng.uniform(-1, 1, js.nv))
+    force = rbjax.JointForces(lambda t, s: tau)
+
+    @jax.jit
+    def power(qpos, qvel):
+        state = js.state(qpos, qvel)
+        w = force.wrench(model, 0.0, state)
+        u = state.u
+        return jnp.sum(w.force_world * u[:, 0:3]) + jnp.sum(w.moment_body * u[:, 4:7])
+
+    m = loaded.source.mjmodel
+    p = power(jnp.asarray(_random_qpos(m, rng)), qvel)
+    np.testing.assert_allclose(p, tau @ qvel, rtol=1e-13)
+    with pytest.raises(ValueError, match="is not callable"):
+        rbjax.JointForces(3.0)

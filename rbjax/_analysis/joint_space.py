@@ -33,6 +33,7 @@ Everything is a JAX function of one system: jit, vmap, grad and jvp apply.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
@@ -40,7 +41,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._errors import is_concrete
+from .._errors import is_concrete, validates_inputs
+from .._forces import AbstractForce, Wrench
 from .._joints import Cylindrical, Fixed, Revolute, Spherical, Translational, Universal
 from .._state import State
 from .._topology import GROUND
@@ -604,3 +606,82 @@ def state_from_joint_coordinates(model, qpos, qvel=None, t=0.0) -> State:
 
         state = assemble(model, state)
     return state
+
+
+@validates_inputs
+class JointForces(AbstractForce):
+    """Generalized forces τ in the coordinates of :class:`JointSpace` (a motor on every
+    joint), given by a policy ``τ = policy(t, state)`` (nv,) of ONE system: a JAX function, or
+    an equinox Module whose arrays are differentiable parameters (a control law, a network).
+
+    Each joint's share acts as the action–reaction pair a motor exerts between its two bodies,
+    so its power is exactly τ_kᵀ q̇_k (the dual of :meth:`JointSpace.velocities`): a couple
+    ±τ z on a revolute, ±τ₁ z_i ± τ₂ z_j on a universal, ±R_j F_j τ on a spherical joint, a
+    force ±f e at the joint point of a prismatic one, both on a cylindrical one; a free body's
+    share (F world, M body axes) acts on it directly. With τ = M(q)(q̈_d + K_p e + K_d ė) +
+    C q̇ + g (:meth:`JointSpace.mass_matrix`, :meth:`JointSpace.bias`) this is computed-torque
+    control.
+    """
+
+    policy: Callable[..., Any]
+
+    def __init__(self, policy: Callable[..., Any]):
+        if not callable(policy):
+            raise ValueError(
+                f"JointForces.policy = {policy!r} is not callable. Fix: pass a function "
+                "policy(t, state) -> tau of shape (nv,) (the JointSpace velocity coordinates)."
+            )
+        self.policy = policy
+
+    def wrench(self, model, t, state: State) -> Wrench:
+        js = JointSpace(model)
+        dtype = state.q.dtype
+        tau = jnp.asarray(self.policy(t, state), dtype)
+        if tau.shape != (js.nv,):
+            raise ValueError(
+                f"JointForces: the policy returned shape {tau.shape}; the joint space has nv = "
+                f"{js.nv} velocity coordinates {js.names}. Fix: return one number per coordinate."
+            )
+        q = state.q
+        frames = js._frames()
+        out = Wrench.zeros(model.nb, dtype)
+
+        def couple(out, b, torque):
+            return out if b == GROUND else out.add_couple(b, q[b, 3:7], torque)
+
+        def push(out, b, point, force):
+            if b == GROUND:
+                return out
+            a = q[b, 3:7]
+            rho = _qrot_t(a, point - q[b, 0:3])
+            return out.add_point_force(b, a, rho, force)
+
+        def world(b, v):
+            v = v / jnp.linalg.norm(v)
+            return v if b == GROUND else _qrot(q[b, 3:7], v)
+
+        for key, (_, v) in js._offsets:
+            if key[0] == "body":
+                b = key[1]
+                out = out.add(b, force_world=tau[v : v + 3], moment_body=tau[v + 3 : v + 6])
+                continue
+            k = key[1]
+            joint = model.joints[k]
+            kind, _, nv = _KINDS[type(joint)]
+            i, j = model.topology.joint_bodies[k]
+            share = tau[v : v + nv]
+            torque = jnp.zeros(3, dtype)
+            if kind in ("revolute", "cylindrical"):
+                torque = share[0] * world(i, joint.z_i)
+            elif kind == "universal":
+                torque = share[0] * world(i, joint.z_i) + share[1] * world(j, joint.z_j)
+            elif kind == "spherical":
+                _, fj, _, _ = frames[k]
+                a_j = fj if j == GROUND else _qmul(q[j, 3:7], fj)
+                torque = _qrot(a_j, share)
+            out = couple(couple(out, j, torque), i, -torque)
+            if kind in ("prismatic", "cylindrical"):
+                force = share[-1] * world(i, joint.z_i)
+                p_j = joint.s_j if j == GROUND else q[j, 0:3] + _qrot(q[j, 3:7], joint.s_j)
+                out = push(push(out, j, p_j, force), i, p_j, -force)
+        return out
