@@ -23,28 +23,26 @@ def test_values_and_derivatives():
     assert float(dt) == pytest.approx(1.0 + 0.5 / np.sqrt(0.7))
 
 
-def test_a_driver_from_text_moves_a_joint():
-    """RotationDriver(f=Expression(...)) prescribes the angle the text says."""
+def test_a_driver_from_text_prescribes_the_angle_it_says():
+    """RotationDriver(f=Expression(...)): its residual sin(φ − θ(t)) vanishes where the body
+    is turned by θ(t) = 0.5 sin(2πt) and not where it is turned by anything else."""
     q = np.array([[0.5, 0, 0, 1.0, 0, 0, 0]])
-    joints = [
-        rbjax.Revolute.at(q, rbjax.GROUND, 0, point=[0, 0, 0], axis=[0, 0, 1]),
-        rbjax.RotationDriver.at(
-            q,
-            rbjax.GROUND,
-            0,
-            point=[0, 0, 0],
-            axis=[0, 0, 1],
-            f=rbjax.Expression("0.5*sin(2*pi*t)"),
-        ),
-    ]
-    model = rbjax.Model([rbjax.Body(1.0, [0.01, 0.1, 0.1])], joints=joints)
-    res = rbjax.kinematic_analysis(
-        model, rbjax.make_state(position=q[:, 0:3]), jnp.array([0.0, 0.1, 0.25])
+    driver = rbjax.RotationDriver.at(
+        q, rbjax.GROUND, 0, point=[0, 0, 0], axis=[0, 0, 1], f=rbjax.Expression("0.5*sin(2*pi*t)")
     )
-    angle = np.arctan2(res.q[:, 0, 1], res.q[:, 0, 0])
-    np.testing.assert_allclose(
-        angle, 0.5 * np.sin(2 * np.pi * np.array([0.0, 0.1, 0.25])), atol=1e-10
-    )
+    ground = jnp.array([0.0, 0, 0, 1, 0, 0, 0])
+
+    @jax.jit
+    def residual(phi, t):
+        turned = jnp.concatenate(
+            [jnp.zeros(3), jnp.array([jnp.cos(phi / 2), 0, 0, jnp.sin(phi / 2)])]
+        )
+        return driver.residual(ground, turned, t)[0]
+
+    for t in (0.0, 0.1, 0.25, 0.9):
+        theta = 0.5 * np.sin(2 * np.pi * t)
+        assert abs(float(residual(theta, t))) < 1e-15
+        assert float(residual(theta + 0.2, t)) == pytest.approx(np.sin(0.2), rel=1e-12)
 
 
 @pytest.mark.parametrize(
