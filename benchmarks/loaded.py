@@ -162,9 +162,9 @@ def main(argv=None):
                 f"{rec['rbjax_steps_per_s']:.3g} | {mj_col} |",
                 flush=True,
             )
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"meta": meta, "records": records}, fh, indent=1)
+            if args.json:  # after every row: a run cut short keeps what it measured
+                with open(args.json, "w") as fh:
+                    json.dump({"meta": meta, "records": records}, fh, indent=1)
     return records
 
 
