@@ -463,3 +463,15 @@ def test_joint_forces_do_the_work_of_their_joint_torques(name):
     np.testing.assert_allclose(p, tau @ qvel, rtol=1e-13)
     with pytest.raises(ValueError, match="is not callable"):
         rbjax.JointForces(3.0)
+
+
+def test_time_varying_controls_reach_each_actuator():
+    """control=ControlSequence((n, nu)): every actuator reads its own column (MuJoCo's ctrl
+    order), clamped to its ctrlrange."""
+    seq = rbjax.ControlSequence([[0.5, 0.1], [2.0, -0.3], [-0.2, 0.4]], dt=0.1)
+    loaded = rbjax.load(MODELS / "cart_pole.xml", control=seq)
+    acts = {f.actuator.name: f.actuator for f in loaded.model.forces if f.actuator is not None}
+    assert sorted(acts) == ["push", "servo"]
+    for t, (push, servo) in ((0.05, (0.5, 0.1)), (0.15, (1.0, -0.3)), (0.25, (-0.2, 0.4))):
+        assert float(acts["push"].signal(t)) == pytest.approx(push)  # clamped to [-1, 1]
+        assert float(acts["servo"].signal(t)) == pytest.approx(servo)

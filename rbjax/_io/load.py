@@ -42,7 +42,10 @@ def load(
     actuators as force elements with :class:`rbjax.Actuator`, gravity and the timestep.
 
     ``qpos``, ``qvel``: MuJoCo's generalized coordinates of the initial state (default: qpos0
-    at rest). ``control``: a constant ctrl vector (one number per actuator; default 0).
+    at rest). ``control``: the actuators' controls in MuJoCo's ctrl
+    order: a constant vector (one number per actuator; default 0) or a function of time
+    returning that vector, such as :class:`rbjax.ControlSequence` ((n, nu) samples; its values
+    are differentiable).
     ``unsupported``: elements with dynamics rbjax does not model (contacts, joint limits,
     tendons, ...) are listed by name in one warning (``"warn"``) or a ValueError
     (``"error"``). ``formulation``: default :class:`rbjax.ScalableDAE`, or

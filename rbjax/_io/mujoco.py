@@ -392,7 +392,8 @@ def build_from_mujoco(m, *, qpos, qvel, control, unsupported, dtype, formulation
             forces.append(element(j, k_s, c, float(m.qpos_spring[m.jnt_qposadr[j]]) - ref, None))
 
     # --- actuators
-    ctrl = None if control is None else np.asarray(control, dtype=float)
+    signal = control if callable(control) else None  # u(t) -> (nu,), e.g. a ControlSequence
+    ctrl = None if control is None or signal is not None else np.asarray(control, dtype=float)
     actuator_names = []
     for a in range(m.nu):
         name = _name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, a, f"actuator{a}")
@@ -409,7 +410,12 @@ def build_from_mujoco(m, *, qpos, qvel, control, unsupported, dtype, formulation
             gain=m.actuator_gainprm[a, 0:3],
             bias=m.actuator_biasprm[a, 0:3] if int(m.actuator_biastype[a]) else np.zeros(3),
             gear=float(m.actuator_gear[a, 0]),
-            control=0.0 if ctrl is None else _control(ctrl, a, m.nu),
+            control=signal
+            if signal is not None
+            else 0.0
+            if ctrl is None
+            else _control(ctrl, a, m.nu),
+            index=None if signal is None else a,
             ctrl_range=m.actuator_ctrlrange[a] if _limited(m, a, "ctrl") else None,
             force_range=m.actuator_forcerange[a] if _limited(m, a, "force") else None,
             offset=ref,
