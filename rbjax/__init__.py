@@ -76,7 +76,7 @@ from ._integrators import (
     SemiImplicitEuler as SemiImplicitEuler,
 )
 from ._io.expressions import Expression as Expression
-from ._io.load import Loaded as Loaded, load as load
+from ._io.load import Loaded as Loaded, load as load, save as save
 from ._joints import (
     CustomConstraint as CustomConstraint,
     Cylindrical as Cylindrical,

@@ -17,8 +17,8 @@ class Loaded:
     maps between MuJoCo's joints and rbjax's bodies and joints)."""
 
     model: Any
-    state: State
-    timestep: float
+    state: State | None
+    timestep: float | None
     source: Any = None
 
 
@@ -32,7 +32,9 @@ def load(
     formulation=None,
     dtype=None,
 ) -> Loaded:
-    """Load a mechanism from an MJCF (``.xml``) or URDF (``.urdf``) file.
+    """Load a mechanism from an MJCF (``.xml``), URDF (``.urdf``) or rbjax model file
+    (``.toml``, written by hand or by :func:`rbjax.save`; it carries its own initial state
+    and timestep, or None).
 
     The file is compiled by MuJoCo (the optional ``mujoco`` extra) and mapped onto rbjax's
     maximal coordinates (rbjax/_io/mujoco.py says how each element maps): moving bodies with
@@ -70,6 +72,26 @@ def load(
             formulation=formulation,
         )
         return Loaded(model, state, timestep, source)
+    if ext == ".toml":
+        from .modelfile import read
+
+        model, state, timestep = read(path)
+        return Loaded(model, state, timestep, None)
     raise ValueError(
-        f"load: {path!r} has extension {ext!r}. Fix: load an MJCF (.xml) or URDF (.urdf) file."
+        f"load: {path!r} has extension {ext!r}. Fix: load an MJCF (.xml), URDF (.urdf) or "
+        "rbjax model file (.toml)."
     )
+
+
+def save(path, model, state: State | None = None, *, timestep: float | None = None) -> None:
+    """Write ``model`` (and an initial ``state``, a ``timestep``) to an rbjax model file
+    (``.toml``; the format is in rbjax/_io/modelfile.py and the tutorial). Numbers are written
+    with their shortest round-trip representation, so ``load(save(...))`` gives the same
+    arrays bit for bit. Elements that hold Python functions (ForceFunction, CustomConstraint,
+    a driver that is not an :class:`rbjax.Expression`) raise ValueError naming them."""
+    from .modelfile import write
+
+    path = os.fspath(path)
+    if os.path.splitext(path)[1].lower() != ".toml":
+        raise ValueError(f"save: {path!r} is not a .toml path. Fix: name the file model.toml.")
+    write(path, model, state, timestep)
