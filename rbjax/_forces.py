@@ -239,6 +239,13 @@ def _scalar(field: str, x, fix: str):
     return jnp.asarray(x, dtype=x.dtype)
 
 
+def _over_batch(one, state: State):
+    """``one(state)`` of ONE system, mapped over the leading batch axes of ``state``."""
+    for _ in range(state.q.ndim - 2):
+        one = jax.vmap(one)
+    return one(state)
+
+
 def _actuator(name: str, h):
     if h is not None and not callable(h):
         raise ValueError(
@@ -357,9 +364,7 @@ class TranslationalSpringDamper(AbstractForce):
             _, length, _, rate = self._geometry(model, st)
             return length, rate
 
-        for _ in range(state.q.ndim - 2):
-            one = jax.vmap(one)
-        return one(state)
+        return _over_batch(one, state)
 
     def wrench(self, model, t, state: State) -> Wrench:
         dtype = state.q.dtype
@@ -573,9 +578,7 @@ class RotationalSpringDamper(AbstractForce):
             _, theta, rate = self._geometry(st)
             return theta, rate
 
-        for _ in range(state.q.ndim - 2):
-            one = jax.vmap(one)
-        return one(state)
+        return _over_batch(one, state)
 
     def wrench(self, model, t, state: State) -> Wrench:
         dtype = state.q.dtype
@@ -726,9 +729,7 @@ class AxialSpringDamper(AbstractForce):
             _, _, x, rate = self._geometry(model, st)
             return x, rate
 
-        for _ in range(state.q.ndim - 2):
-            one = jax.vmap(one)
-        return one(state)
+        return _over_batch(one, state)
 
     def wrench(self, model, t, state: State) -> Wrench:
         dtype = state.q.dtype

@@ -109,8 +109,14 @@ def test_cart_pole_slide_spring_damper_motor_and_servo_match_mujoco():
     out = _side_by_side(MODELS / "cart_pole.xml", [0.05, 0.4], [0.3, -1.0], ctrl=[0.5, 0.2])
     assert max(out["position"], out["orientation"], out["joint"]) < 1e-8
     assert out["velocity"] < 1e-8
-    kinds = sorted(type(f).__name__ for f in out["loaded"].model.forces)
+    loaded = out["loaded"]
+    kinds = sorted(type(f).__name__ for f in loaded.model.forces)
     assert kinds == ["AxialSpringDamper"] * 2 + ["RotationalSpringDamper"] * 2
+    rail = next(f for f in loaded.model.forces if type(f).__name__ == "AxialSpringDamper")
+    x, x_dot = rail.displacement_and_rate(loaded.model, loaded.state)  # MuJoCo's qpos − ref, qvel
+    assert float(x) == pytest.approx(0.05, abs=1e-15) and float(x_dot) == pytest.approx(
+        0.3, abs=1e-15
+    )
 
 
 def test_seven_dof_arm_matches_mujoco():
