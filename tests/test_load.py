@@ -216,19 +216,60 @@ def test_composite_bodies_and_state_map_conserve_momentum_and_mass():
         np.testing.assert_allclose(h_com, d.subtree_angmom[root], atol=1e-12)
 
 
+# every joint kind rbjax maps, in one small tree: a free base (centre of mass at its origin,
+# as MuJoCo's free-joint velocity is the origin's), a two-hinge universal waist, a ball
+# shoulder on a rotated body, a hinge elbow, and a slide under the free base
+TREE = """
+<mujoco>
+  <option><flag contact="disable"/></option>
+  <worldbody>
+    <body name="base" pos="0 0 1">
+      <freejoint/>
+      <geom type="box" size=".1 .1 .1"/>
+      <body name="torso" pos="0 0 .15">
+        <joint name="waist_y" type="hinge" axis="0 1 0"/>
+        <joint name="waist_x" type="hinge" axis="1 0 0"/>
+        <geom type="capsule" fromto="0 0 0 0 0 .3" size=".05"/>
+        <body name="arm" pos="0 .1 .3" euler="0.3 0 0.2">
+          <joint name="shoulder" type="ball"/>
+          <geom type="capsule" fromto="0 0 0 0 .05 -.25" size=".03"/>
+          <body name="forearm" pos="0 .05 -.25">
+            <joint name="elbow" type="hinge" axis="0 1 0"/>
+            <geom type="capsule" fromto="0 0 0 .2 0 0" size=".03"/>
+          </body>
+        </body>
+      </body>
+      <body name="leg" pos="0 0 -.1">
+        <joint name="extend" type="slide" axis="0.6 0 0.8"/>
+        <geom type="box" size=".05 .05 .1" pos="0 0 -.1"/>
+      </body>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+@pytest.fixture
+def tree_path(tmp_path):
+    path = tmp_path / "tree.xml"
+    path.write_text(TREE)
+    return path
+
+
 # ------------------------------------------------------------------ joint space vs MuJoCo
 
 
-@pytest.mark.parametrize("name", ["humanoid.xml", "cart_pole.xml"])
-def test_joint_space_matches_mujoco_kinematics_jacobian_mass_matrix_and_bias(name):
+def test_joint_space_matches_mujoco_kinematics_jacobian_mass_matrix_and_bias(tree_path):
     """Joint coordinates both ways, a body point's Jacobian (mj_jac), the joint-space mass
     matrix (mj_fullM) and the bias forces (qfrc_bias = mj_rne at zero acceleration), at a
     random state, to round-off."""
     rng = np.random.default_rng(11)
-    m = mujoco.MjModel.from_xml_path(str(MODELS / name))
+    m = mujoco.MjModel.from_xml_path(str(tree_path))
     qpos, qvel = _random_qpos(m, rng), rng.uniform(-1, 1, m.nv)
-    loaded = rbjax.load(MODELS / name, qpos=qpos, qvel=qvel)
+    loaded = rbjax.load(tree_path, qpos=qpos, qvel=qvel)
     js = rbjax.JointSpace(loaded.model)
+    kinds = [c[1] for c in js.coordinates]
+    assert kinds == ["free", "universal", "spherical", "revolute", "prismatic"]
     assert (js.nq, js.nv) == (m.nq, m.nv)
     state = loaded.state
     d = mujoco.MjData(m)
@@ -444,12 +485,11 @@ def test_actuator_laws_against_mujoco_force_formula():
         assert re.search("Actuator", repr(motor))
 
 
-@pytest.mark.parametrize("name", ["humanoid.xml", "cart_pole.xml"])
-def test_joint_forces_do_the_work_of_their_joint_torques(name):
+def test_joint_forces_do_the_work_of_their_joint_torques(tree_path):
     """JointForces' wrenches are the dual of JointSpace's velocities: their power on any
     admissible motion (from random joint velocities) is τᵀq̇ (free, universal, spherical,
     revolute and prismatic shares), so they act on the dynamics as MuJoCo's qfrc_applied."""
-    loaded = rbjax.load(MODELS / name)
+    loaded = rbjax.load(tree_path)
     model = loaded.model
     js = rbjax.JointSpace(model)
     rng = np.random.default_rng(8)
