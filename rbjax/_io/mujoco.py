@@ -42,7 +42,15 @@ import numpy as np
 from .._actuators import Actuator
 from .._body import Body
 from .._forces import AxialSpringDamper, RotationalSpringDamper
-from .._joints import Cylindrical, Fixed, Revolute, Spherical, Translational, Universal
+from .._joints import (
+    Cylindrical,
+    Fixed,
+    Revolute,
+    Spherical,
+    Translational,
+    Universal,
+    _perpendicular,
+)
 from .._state import State, make_state
 from .._topology import GROUND
 
@@ -281,7 +289,7 @@ def build_from_mujoco(m, *, qpos, qvel, control, unsupported, dtype, formulation
         if kinds == ["free"]:
             pass
         elif kinds == ["hinge"]:  # frames such that the joint angle is MuJoCo's qpos
-            x0 = _perp(axes[0])
+            x0 = _perpendicular(axes[0])
             ref = float(m.qpos0[m.jnt_qposadr[js[0]]])
             joint = Revolute.at(
                 q_ref, parent, i, point=anchors[0], axis=axes[0], x=x0, name=names[0]
@@ -366,7 +374,7 @@ def build_from_mujoco(m, *, qpos, qvel, control, unsupported, dtype, formulation
                 parent,
                 i,
                 axis=axis,
-                ref=_perp(axis),
+                ref=_perpendicular(axis),
                 stiffness=stiffness,
                 damping=damping,
                 rest_angle=_wrap(rest),
@@ -553,12 +561,6 @@ def _assemble_least_squares(model, state, tol=1e-13, max_iters=30):
 
 def _nq(kind):
     return {"free": 7, "ball": 4, "slide": 1, "hinge": 1}[kind]
-
-
-def _perp(z):
-    e = np.eye(3)[int(np.argmin(np.abs(z)))]
-    x = e - np.dot(e, z) * z
-    return x / np.linalg.norm(x)
 
 
 def _rotate(axis, angle, v):
