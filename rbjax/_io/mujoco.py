@@ -51,6 +51,7 @@ from .._joints import (
     Universal,
     _perpendicular,
 )
+from .._model import Model
 from .._state import State, make_state
 from .._topology import GROUND
 
@@ -163,11 +164,10 @@ def _root_mover(m, k) -> int:
 _KINDS = {0: "free", 1: "ball", 2: "slide", 3: "hinge"}
 
 
-def load_mujoco(
-    path, *, qpos=None, qvel=None, control=None, unsupported="warn", dtype=None, formulation=None
-):
+def load_mujoco(path, **options):
     """Compile ``path`` (MJCF ``.xml`` or URDF) with MuJoCo and build the rbjax model (module
-    docstring). Returns (model, state, timestep, source)."""
+    docstring); ``options`` are :func:`build_from_mujoco`'s. Returns (model, state, timestep,
+    source)."""
     try:
         mujoco = _mujoco()
     except ImportError as e:  # pragma: no cover - the extra is part of the test install
@@ -175,30 +175,23 @@ def load_mujoco(
             f"rbjax.load({str(path)!r}) needs the optional 'mujoco' package to read MJCF/URDF. "
             "Fix: pip install 'rbjax[mujoco]'."
         ) from e
-    from .._model import Model
-
-    if unsupported not in ("warn", "error"):
-        raise ValueError(
-            f"load: unsupported = {unsupported!r} is not a policy. Fix: use 'warn' or 'error'."
-        )
     path = os.fspath(path)
     try:
         m = mujoco.MjModel.from_xml_path(path)
     except ValueError as e:
         raise ValueError(f"load: MuJoCo cannot compile {path!r}: {e}") from e
-    return build_from_mujoco(
-        m,
-        qpos=qpos,
-        qvel=qvel,
-        control=control,
-        unsupported=unsupported,
-        dtype=dtype,
-        formulation=formulation,
-        model=Model,
-    )
+    return build_from_mujoco(m, **options)
 
 
-def build_from_mujoco(m, *, qpos, qvel, control, unsupported, dtype, formulation, model):
+def build_from_mujoco(
+    m, *, qpos=None, qvel=None, control=None, unsupported="warn", dtype=None, formulation=None
+):
+    """The rbjax model, state, timestep and source of a compiled ``mujoco.MjModel`` ``m``
+    (module docstring; the options are :func:`rbjax.load`'s)."""
+    if unsupported not in ("warn", "error"):
+        raise ValueError(
+            f"load: unsupported = {unsupported!r} is not a policy. Fix: use 'warn' or 'error'."
+        )
     mujoco = _mujoco()
 
     dis = int(m.opt.disableflags)
@@ -462,7 +455,7 @@ def build_from_mujoco(m, *, qpos, qvel, control, unsupported, dtype, formulation
     gravity = np.zeros(3) if off["GRAVITY"] else np.array(m.opt.gravity)
     source = MujocoSource(m, body_of, maps, actuator_names, movers)
     state = source.state(qpos, qvel, dtype=dtype)
-    rb_model = model(bodies, gravity=gravity, joints=joints, forces=forces, formulation=formulation)
+    rb_model = Model(bodies, gravity=gravity, joints=joints, forces=forces, formulation=formulation)
     closes_loops = len(joints) > sum(1 for jm in maps if jm.joint is not None)
     if closes_loops:
         rb_model, state = _close_loops(rb_model, state, formulation is None)
