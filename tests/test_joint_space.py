@@ -4,6 +4,8 @@ evaluated by automatic differentiation of T(x, ẋ) = ½ ẋᵀ M(x) ẋ and V(x
 formulation: no velocity-product recursion, no Newton–Euler). The MuJoCo side-by-side tests
 of the same functions are in test_load.py."""
 
+import os
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -130,3 +132,16 @@ def test_joint_space_refuses_scalable_bodies_and_bad_shapes():
         js.state([0.0, 0.0, 0.0])
     with pytest.raises(ValueError, match="unknown body 'nope'"):
         js.point(js.state([0, 0, 0, 1.0, 0, 0, 0]), "nope", [0.0, 0.0, 0.0])
+
+
+def test_velocities_of_a_model_with_a_driver():
+    """Regression: a RotationDriver is not a tree joint; JointSpace.velocities raised KeyError.
+    The hand-written pendulum's crank turns at the driver's rate A·2π = π rad/s at t = 0 and
+    its rod does not rotate yet, so the tip angle changes at −π."""
+    path = os.path.join(
+        os.path.dirname(__file__), "..", "examples", "models", "pendulum_driven.toml"
+    )
+    loaded = rbjax.load(path)
+    js = rbjax.JointSpace(loaded.model)
+    assert js.loops == ("motor",)
+    np.testing.assert_allclose(js.velocities(loaded.state), [np.pi, -np.pi], atol=1e-12)

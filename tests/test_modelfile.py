@@ -30,7 +30,7 @@ def _same_arrays(a, b):
 def test_save_then_load_is_bit_for_bit(tmp_path, name):
     pytest.importorskip("mujoco")
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the hand-written file's state is assembled
+        warnings.simplefilter("ignore")  # MJCF: unsupported elements
         first = rbjax.load(MODELS / name)
     path = tmp_path / "model.toml"
     rbjax.save(path, first.model, first.state, timestep=first.timestep)
@@ -45,9 +45,19 @@ def test_save_then_load_is_bit_for_bit(tmp_path, name):
     assert again.timestep == first.timestep
 
 
-def test_hand_written_file_loads_its_expression_driver_and_assembles_its_state():
+def test_hand_written_file_loads_its_expression_driver_and_assembles_its_state(tmp_path):
+    text = (MODELS / "pendulum_driven.toml").read_text()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the file's velocities satisfy the driver: no assembly
+        exact = rbjax.load(MODELS / "pendulum_driven.toml")
+    # the same file at rest violates the driver's rate: assembled, with a warning
+    rest = [line for line in text.splitlines() if line.startswith("u = ")]
+    zeros = "u = [[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]]"
+    (tmp_path / "rest.toml").write_text(text.replace(rest[0], zeros))
     with pytest.warns(UserWarning, match="velocities changed by up to 3.14"):
-        loaded = rbjax.load(MODELS / "pendulum_driven.toml")
+        loaded = rbjax.load(tmp_path / "rest.toml")
+    # assembly finds the hand-computed velocities (crank ω = π about y, COM speeds 0.1π, 0.2π)
+    np.testing.assert_allclose(loaded.state.u, exact.state.u, atol=1e-12)
     motor = loaded.model.joints[1]
     assert isinstance(motor.f, rbjax.Expression) and motor.f.source == "A*sin(2*pi*t)"
     assert float(motor.f(0.25)) == pytest.approx(0.5)

@@ -40,6 +40,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._errors import is_concrete, validates_inputs
 from .._forces import AbstractForce, Wrench
@@ -298,7 +299,7 @@ class JointSpace(eqx.Module):
         relative angular velocity in frame j for a spherical joint, (v, ω) for a free body."""
         q, u = state.q, state.u
         frames = self._frames()
-        kinds = {k: _KINDS[type(joint)][0] for k, joint in enumerate(self.model.joints)}
+        kinds = {k: _KINDS[type(self.model.joints[k])][0] for k, *_ in self.order}  # tree joints
         scalar = [
             key[1]
             for key, _ in self._offsets
@@ -403,7 +404,7 @@ class JointSpace(eqx.Module):
         q, q_dot = jax.jvp(lambda x: self._place(x, frames), (qpos,), (self._tangent(qpos, qvel),))
         return q, jax.vmap(_u_of)(q, q_dot)
 
-    def state(self, qpos, qvel=None, t=0.0) -> State:
+    def state(self, qpos, qvel=None, t: ArrayLike = 0.0) -> State:
         """The :class:`rbjax.State` of joint positions ``qpos`` (nq,) and velocities ``qvel``
         (nv,) (default rest), by forward kinematics along the tree. Loop closures are not
         imposed: give coordinates that close them, or pass the result to :func:`rbjax.assemble`."""
