@@ -1,0 +1,450 @@
+"""``rbjax animate MODEL RUN --out motion.gif|mp4``: a 3D animation of a run file's motion.
+
+Each frame places every body by its row of the run file's ``q``: the position r of its
+centre of mass [m] and its quaternion p = (w, x, y, z), which maps body axes into world axes,
+x = r + A(p) x̄ with A = E(p)G(p)ᵀ (a rotation for a unit quaternion; Möller & Glocker 2012,
+eq. (22)). What is drawn is built once in body axes and moved frame by frame:
+
+* MJCF/URDF models: MuJoCo's geoms as polygon meshes, box (six faces), sphere and ellipsoid
+  (a latitude-longitude mesh), cylinder (side and two caps), capsule (side and two
+  hemispheres), each fixed to the rbjax body that carries its MuJoCo body (bodies welded to a
+  parent move with it). A geom's pose in body axes is found once, at qpos0, from MuJoCo's geom
+  pose (``mj_kinematics``) and the rbjax body's pose (``MujocoSource.state()``). A body with
+  geoms of other types (mesh, height field) or with none is drawn as its inertia box. Geoms of
+  the world and of bodies welded to it are drawn once, in grey (a plane as a grid under the
+  footprint of everything else; other types as their bounding box).
+* rbjax model files (.toml): each body's inertia box, the uniform box with the body's mass and
+  principal moments, sides a_k = √(6/m (I_j + I_l − I_k)) along the principal axes.
+* Joints (every model): a dot at each joint point, r + A s̄ on a body and s̄ itself on the
+  ground, and a line to it from the body's centre of mass; joints that hold no point together
+  (Parallel, Perpendicular, RotationDriver) are not drawn.
+
+The axis limits are those of the whole trajectory, fixed over the animation, with one scale on
+the three axes (metres); the title gives the time of the frame.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import itertools
+import math
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .._io.mujoco import MujocoSource
+from .._joints import AbstractJoint, Parallel, Perpendicular, RotationDriver
+from .._topology import GROUND
+from . import runfile
+from .common import CliError, add_progress, load_model, output_path, pyplot, show_progress
+
+MAX_FRAMES = 200
+AROUND = 16  # polygons around a round shape
+LIGHT = np.array([-0.4, -0.6, 0.7]) / np.linalg.norm([-0.4, -0.6, 0.7])  # world direction
+GREY = (0.6, 0.6, 0.6, 1.0)
+EDGES = {"edgecolors": (0.0, 0.0, 0.0, 0.15), "linewidths": 0.2}
+POINTLESS = (Parallel, Perpendicular, RotationDriver)
+
+
+def add_parser(sub):
+    p = sub.add_parser(
+        "animate",
+        help="draw a run file's motion as a GIF or MP4",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "model",
+        metavar="MODEL",
+        help="the MJCF (.xml), URDF (.urdf) or model file (.toml) of the run",
+    )
+    p.add_argument("run_file", metavar="RUN", help="run file written by 'rbjax simulate' (.npz)")
+    p.add_argument("--out", required=True, help="animation to write: .gif, or .mp4 (needs ffmpeg)")
+    p.add_argument("--fps", type=float, default=30.0, help="frames per second (default 30)")
+    p.add_argument(
+        "--every",
+        type=int,
+        default=None,
+        metavar="K",
+        help=f"draw every K-th saved state (default: at most {MAX_FRAMES} frames)",
+    )
+    p.add_argument(
+        "--sample", type=int, default=0, metavar="I", help="which sample of a batch run (default 0)"
+    )
+    p.add_argument(
+        "--view",
+        default="20,-60",
+        metavar="ELEV,AZIM",
+        help="camera elevation and azimuth in degrees (default 20,-60; "
+        "write --view=-10,30 for a negative elevation)",
+    )
+    p.add_argument(
+        "--size", default="6,5", metavar="W,H", help="figure size in inches (default 6,5)"
+    )
+    p.add_argument("--dpi", type=int, default=100, help="pixels per inch (default 100)")
+    add_progress(p)
+    p.set_defaults(run=run)
+
+
+# --- shapes in their own axes: (F, 4, 3) quadrilaterals; a triangle repeats a corner ----------
+
+
+def box(half) -> np.ndarray:
+    """The six faces of the box with half-sides ``half`` (3,), centred at the origin."""
+    corners = np.array(list(itertools.product((-1.0, 1.0), repeat=3))) * np.asarray(half)
+    faces = [[0, 1, 3, 2], [4, 5, 7, 6], [0, 1, 5, 4], [2, 3, 7, 6], [0, 2, 6, 4], [1, 3, 7, 5]]
+    return corners[np.array(faces)]
+
+
+def revolve(rho, z) -> np.ndarray:
+    """The surface swept about the z axis by the profile (ρ_k, z_k), k = 0..K."""
+    phi = np.linspace(0.0, 2.0 * np.pi, AROUND + 1)
+    ring = np.stack(
+        [
+            np.outer(rho, np.cos(phi)),
+            np.outer(rho, np.sin(phi)),
+            np.repeat(z[:, None], AROUND + 1, 1),
+        ],
+        axis=-1,
+    )  # (K + 1, AROUND + 1, 3)
+    quads = np.stack([ring[:-1, :-1], ring[:-1, 1:], ring[1:, 1:], ring[1:, :-1]], axis=2)
+    return quads.reshape(-1, 4, 3)
+
+
+def ellipsoid(radii) -> np.ndarray:
+    """An ellipsoid with semi-axes ``radii`` (3,) (a sphere when they are equal)."""
+    theta = np.linspace(0.0, np.pi, AROUND // 2 + 1)
+    return revolve(np.sin(theta), -np.cos(theta)) * np.asarray(radii)
+
+
+def cylinder(radius, half_length) -> np.ndarray:
+    """A cylinder about z, closed by its two caps."""
+    return revolve(np.array([0.0, radius, radius, 0.0]), half_length * np.array([-1.0, -1, 1, 1]))
+
+
+def capsule(radius, half_length) -> np.ndarray:
+    """A cylinder about z with a hemisphere of the same radius on each end."""
+    theta = np.linspace(0.0, np.pi / 2, AROUND // 4 + 1)
+    rho = radius * np.concatenate([np.sin(theta), np.cos(theta)])
+    z = np.concatenate(
+        [-half_length - radius * np.cos(theta), half_length + radius * np.sin(theta)]
+    )
+    return revolve(rho, z)
+
+
+def inertia_box(mass, inertia) -> np.ndarray:
+    """The uniform box with ``mass`` and central ``inertia`` (3, 3): sides a_k =
+    √(6/m (I_j + I_l − I_k)) along the principal axes. A side a degenerate inertia leaves at zero
+    (a rod, a plate, a point mass) is drawn 5 % of the largest, or 5 cm for a point."""
+    moments, axes = np.linalg.eigh(np.asarray(inertia, dtype=float))
+    sides = np.sqrt(
+        np.clip(6.0 / max(float(mass), 1e-300) * (moments.sum() - 2 * moments), 0, None)
+    )
+    sides = np.maximum(sides, 0.05 * sides.max()) if sides.max() > 0 else np.full(3, 0.05)
+    return box(sides / 2) @ axes.T
+
+
+def normals(faces) -> np.ndarray:
+    """Unit normals (F, 3) of quadrilaterals (F, 4, 3), from the cross product of the diagonals
+    (also right for a triangle that repeats a corner)."""
+    n = np.cross(faces[:, 2] - faces[:, 0], faces[:, 3] - faces[:, 1])
+    return n / np.maximum(np.linalg.norm(n, axis=-1, keepdims=True), 1e-300)
+
+
+# --- the scene: what each body carries, in body axes ------------------------------------------
+
+
+@dataclasses.dataclass
+class Scene:
+    """Everything drawn. ``faces`` (F, 4, 3) in the axes of body ``owner`` (F,), relative to its
+    centre of mass, with ``geom`` (F,) the MuJoCo geom each face comes from (−1: an inertia box);
+    ``static`` (S, 4, 3) world faces of the world's geoms; ``planes`` the world's plane geoms
+    as (position (3,), axes (3, 3), half-sizes (2,), 0 = unbounded); ``joint_body`` (P,) and
+    ``joint_point`` (P, 3) the joint points, s̄ in body axes (world coordinates for GROUND)."""
+
+    faces: np.ndarray
+    owner: np.ndarray
+    geom: np.ndarray
+    static: np.ndarray
+    planes: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    joint_body: np.ndarray
+    joint_point: np.ndarray
+
+
+def pose(q) -> tuple[np.ndarray, np.ndarray]:
+    """(r (..., 3), A (..., 3, 3)) of q (..., 7) = (r, w, x, y, z): A = E(p)G(p)ᵀ maps body
+    axes into world axes (eq. (22))."""
+    q = np.asarray(q, dtype=float)
+    w, x, y, z = np.moveaxis(q[..., 3:7], -1, 0)
+    a = np.stack(
+        [
+            w * w + x * x - y * y - z * z, 2 * (x * y - w * z), 2 * (x * z + w * y),
+            2 * (x * y + w * z), w * w - x * x + y * y - z * z, 2 * (y * z - w * x),
+            2 * (x * z - w * y), 2 * (y * z + w * x), w * w - x * x - y * y + z * z,
+        ],
+        axis=-1,
+    )  # fmt: skip
+    return q[..., 0:3], a.reshape(q.shape[:-1] + (3, 3))
+
+
+def place(scene: Scene, q) -> np.ndarray:
+    """The world faces (F, 4, 3) of the bodies at q (nb, 7)."""
+    r, a = pose(q)
+    return r[scene.owner, None] + np.einsum("fij,fkj->fki", a[scene.owner], scene.faces)
+
+
+def joint_points(scene: Scene, q) -> tuple[np.ndarray, np.ndarray]:
+    """World joint points (P, 3) and their bodies' centres of mass (P, 3) (the point itself
+    for a ground point) at q (nb, 7)."""
+    r, a = pose(q)
+    b = np.maximum(scene.joint_body, 0)
+    moving = (scene.joint_body != GROUND)[:, None]
+    points = np.where(
+        moving, r[b] + np.einsum("pij,pj->pi", a[b], scene.joint_point), scene.joint_point
+    )
+    return points, np.where(moving, r[b], points)
+
+
+def build_scene(loaded) -> Scene:
+    """The :class:`Scene` of a loaded model: MuJoCo geoms for MJCF/URDF, inertia boxes for a
+    model file, and the joint points of either."""
+    model = loaded.model
+    mass, inertia = np.asarray(model.mass, dtype=float), np.asarray(model.inertia, dtype=float)
+    parts: list[tuple[np.ndarray, int, int]] = []  # (faces in body axes, body, geom)
+    static, planes = [np.zeros((0, 4, 3))], []
+    boxed = set(range(model.nb))
+    if isinstance(loaded.source, MujocoSource):
+        boxed = _geoms(loaded.source, parts, static, planes)
+    parts += [(inertia_box(mass[b], inertia[b]), b, -1) for b in sorted(boxed)]
+    body, point = [], []
+    for joint, sides in zip(model.joints, model.topology.joint_bodies, strict=True):
+        if isinstance(joint, AbstractJoint) and not isinstance(joint, POINTLESS):
+            s_i, s_j = (np.asarray(s, dtype=float) for s in joint.frame()[:2])
+            body += list(sides)
+            point += [s_i, s_j]
+    return Scene(
+        faces=np.concatenate([f for f, _, _ in parts]),
+        owner=np.concatenate([np.full(len(f), b) for f, b, _ in parts]),
+        geom=np.concatenate([np.full(len(f), g) for f, _, g in parts]),
+        static=np.concatenate(static),
+        planes=planes,
+        joint_body=np.array(body, dtype=int),
+        joint_point=np.array(point, dtype=float).reshape(-1, 3),
+    )
+
+
+def _shape(t, kind: int, size) -> np.ndarray | None:
+    """The faces of a MuJoCo geom of type ``kind`` (``mjtGeom`` ``t``) in its own axes, None
+    for types without a shape here (plane, height field, mesh, SDF)."""
+    if kind == t.mjGEOM_BOX:
+        return box(size)
+    if kind in (t.mjGEOM_SPHERE, t.mjGEOM_ELLIPSOID):
+        return ellipsoid(np.full(3, size[0]) if kind == t.mjGEOM_SPHERE else size)
+    if kind == t.mjGEOM_CYLINDER:
+        return cylinder(size[0], size[1])
+    if kind == t.mjGEOM_CAPSULE:
+        return capsule(size[0], size[1])
+    return None
+
+
+def _geoms(source: MujocoSource, parts, static, planes) -> set[int]:
+    """Append the MuJoCo geoms (pose at qpos0) to ``parts`` (moving) and ``static``/``planes``
+    (the world's); return the rbjax bodies left to draw as inertia boxes."""
+    mujoco = importlib.import_module("mujoco")
+    m = source.mjmodel
+    d = mujoco.MjData(m)
+    mujoco.mj_kinematics(m, d)
+    r, a = pose(np.asarray(source.state().q, dtype=float))
+    t = mujoco.mjtGeom
+    drawn = set()
+    for g in range(m.ngeom):
+        if m.geom_rgba[g, 3] == 0:  # MuJoCo hides these too
+            continue
+        kind, shape = int(m.geom_type[g]), _shape(t, int(m.geom_type[g]), m.geom_size[g])
+        xpos, xmat = d.geom_xpos[g].copy(), d.geom_xmat[g].reshape(3, 3).copy()
+        b = source.body_of[m.geom_bodyid[g]]
+        if b == GROUND and kind == t.mjGEOM_PLANE:
+            planes.append((xpos, xmat, m.geom_size[g, :2].copy()))
+        elif b == GROUND and kind != t.mjGEOM_HFIELD:
+            aabb = box(m.geom_aabb[g, 3:]) + m.geom_aabb[g, :3]  # a mesh: its bounding box
+            static.append(xpos + (aabb if shape is None else shape) @ xmat.T)
+        elif b != GROUND and shape is not None:
+            parts.append(((xpos + shape @ xmat.T - r[b]) @ a[b], b, g))  # Aᵀ(x − r), row-wise
+            drawn.add(b)
+    return set(range(len(r))) - drawn
+
+
+def _plane_grid(plane, lo, hi, lines=9) -> np.ndarray:
+    """Segments (2·lines, 2, 3) of a plane geom's grid over the footprint of the box [lo, hi]
+    in the plane (cut to the plane's half-sizes where they are bounded)."""
+    xpos, xmat, half = plane
+    corners = np.array(list(itertools.product(*zip(lo, hi, strict=True))))
+    local = (corners - xpos) @ xmat
+    a, b = local[:, :2].min(0), local[:, :2].max(0)
+    bounded = half > 0
+    a, b = np.where(bounded, np.maximum(a, -half), a), np.where(bounded, np.minimum(b, half), b)
+    if np.any(b <= a):
+        return np.zeros((0, 2, 3))
+    u, v = np.linspace(a[0], b[0], lines), np.linspace(a[1], b[1], lines)
+    seg = [[(x, a[1], 0.0), (x, b[1], 0.0)] for x in u] + [
+        [(a[0], y, 0.0), (b[0], y, 0.0)] for y in v
+    ]
+    return xpos + np.array(seg) @ xmat.T
+
+
+# --- the command ----------------------------------------------------------------------------
+
+
+def _pair(text: str, option: str, names: str, example: str, positive: bool) -> tuple[float, float]:
+    """Two numbers "A,B" of an option, or a CliError naming them."""
+    try:
+        x, y = (float(v) for v in text.split(","))
+    except ValueError:
+        raise CliError(
+            f"{option} {text!r} is not two numbers {names}. Fix: e.g. {option} {example}."
+        ) from None
+    if not (math.isfinite(x) and math.isfinite(y)) or (positive and min(x, y) <= 0):
+        raise CliError(
+            f"{option} {text!r} needs finite{' positive' if positive else ''} numbers. "
+            f"Fix: e.g. {option} {example}."
+        )
+    return x, y
+
+
+def trajectory(run: runfile.Run, model, path: str, model_path: str, sample: int):
+    """(t (T,), q (T, nb, 7)) of one sample of the run, checked against the model's bodies."""
+    q, t = run["q"], run["t"]
+    names = run.names("body_names") or [f"({q.shape[-2]} bodies)"]
+    if q.shape[-2] != model.nb or (run.names("body_names") and names != list(model.names)):
+        raise CliError(
+            f"RUN {path!r} has bodies {names} but MODEL {model_path!r} has {list(model.names)}. "
+            f"Fix: animate the run with the model that wrote it ({run.meta.get('model', 'see the run meta')})."
+        )
+    if q.ndim == 4:
+        if not 0 <= sample < q.shape[0]:
+            raise CliError(
+                f"--sample {sample} is out of range: RUN {path!r} holds {q.shape[0]} samples. "
+                f"Fix: give --sample between 0 and {q.shape[0] - 1}."
+            )
+        q, t = q[sample], t if t.ndim == 1 else t[sample]
+    elif sample != 0:
+        raise CliError(f"--sample {sample}: RUN {path!r} is a single run. Fix: leave out --sample.")
+    return t, q
+
+
+def run(args) -> int:
+    """Check the options, load the model and the run, draw every ``--every``-th saved state."""
+    plt = pyplot()
+    from matplotlib import animation
+
+    out = output_path(args.out, (".gif", ".mp4"), "motion animation")
+    gif = out.lower().endswith(".gif")
+    if not gif and not animation.FFMpegWriter.isAvailable():
+        raise CliError(
+            f"--out {out!r}: writing .mp4 needs ffmpeg, which was not found. "
+            "Fix: install ffmpeg (e.g. apt install ffmpeg, conda install ffmpeg) or write a .gif."
+        )
+    view = _pair(args.view, "--view", "ELEV,AZIM [degrees]", "20,-60", positive=False)
+    size = _pair(args.size, "--size", "W,H [inches]", "6,5", positive=True)
+    if not (args.fps > 0 and math.isfinite(args.fps)) or args.dpi < 1:
+        raise CliError(
+            f"--fps {args.fps} / --dpi {args.dpi} must be positive. Fix: e.g. --fps 30 --dpi 100."
+        )
+    if args.every is not None and args.every < 1:
+        raise CliError(f"--every {args.every} is not a positive count. Fix: e.g. --every 2.")
+
+    loaded = load_model(args.model)
+    saved = runfile.read(args.run_file)
+    t, q = trajectory(saved, loaded.model, args.run_file, args.model, args.sample)
+    every = args.every or max(1, math.ceil(len(t) / MAX_FRAMES))
+    frames = np.arange(0, len(t), every)
+    scene = build_scene(loaded)
+    fig, draw = figure(plt, scene, q[frames], t[frames], view, size, args.dpi)
+    writer = (animation.PillowWriter if gif else animation.FFMpegWriter)(fps=args.fps)
+    steps = tqdm(
+        range(len(frames)), "animate", unit="frame", disable=not show_progress(args.progress)
+    )
+    try:
+        with writer.saving(fig, out, args.dpi):  # one draw per frame (FuncAnimation draws two)
+            for i in steps:
+                draw(i)
+                writer.grab_frame()
+    finally:
+        plt.close(fig)
+    print(
+        f"wrote {out}: {len(frames)} frames at {args.fps:g} fps (--every {every} of {len(t)} "
+        f"saved states), t = {t[0]:g} .. {t[frames[-1]]:g} s"
+    )
+    return 0
+
+
+def limits(scene: Scene, q) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(centre (3,), half-widths (3,), plane grid segments (G, 2, 3)) of the frames q (T, nb, 7):
+    the cube, with a 10 % margin, around every moving face and joint point, the world's geoms
+    and the planes' grids, which cover the footprint of the rest."""
+    moving = [
+        np.concatenate([place(scene, qk).reshape(-1, 3), *joint_points(scene, qk)]) for qk in q
+    ]
+    ext = np.concatenate([*moving, scene.static.reshape(-1, 3)])
+    grid = [_plane_grid(p, ext.min(0), ext.max(0)) for p in scene.planes]
+    grid = np.concatenate([np.zeros((0, 2, 3)), *grid])
+    world = np.concatenate([ext, grid.reshape(-1, 3)])
+    lo, hi = world.min(0), world.max(0)
+    return (lo + hi) / 2, np.full(3, 0.55 * max((hi - lo).max(), 1e-3)), grid
+
+
+def figure(plt, scene: Scene, q, t, view, size, dpi):
+    """The figure with fixed limits and ``draw(i)``, which shows frame i of q (T, nb, 7) at
+    times t (T,): polygons and lines are updated in place, never re-created."""
+    from mpl_toolkits.mplot3d.art3d import Line3D, Line3DCollection, Poly3DCollection
+
+    centre, half, grid = limits(scene, q)
+    fig = plt.figure(figsize=size, dpi=dpi)
+    ax = fig.add_subplot(projection="3d", computed_zorder=False)  # world, bodies, joints
+    fig.subplots_adjust(left=0.0, right=1.0, bottom=0.02, top=0.95)
+    ax.view_init(elev=view[0], azim=view[1])
+    ax.set(xlabel="x [m]", ylabel="y [m]", zlabel="z [m]")
+    ax.locator_params(nbins=4)
+    ax.tick_params(labelsize="small")
+    ax.set_xlim(centre[0] - half[0], centre[0] + half[0])
+    ax.set_ylim(centre[1] - half[1], centre[1] + half[1])
+    ax.set_zlim(centre[2] - half[2], centre[2] + half[2])
+    ax.set_box_aspect((1.0, 1.0, 1.0))  # a cube: one scale on the three axes
+    ax.add_collection3d(
+        Line3DCollection(grid, colors=[GREY], linewidths=0.5, zorder=0), autolim=False
+    )
+    if len(scene.static):
+        grey = _shade(np.tile(GREY, (len(scene.static), 1)), normals(scene.static))
+        ax.add_collection3d(
+            Poly3DCollection(scene.static, facecolors=grey, **EDGES, zorder=1), autolim=False
+        )
+    colour = np.array([plt.get_cmap("tab10")(b % 10) for b in scene.owner]).reshape(-1, 4)
+    n_body = normals(scene.faces)
+    bodies = Poly3DCollection(place(scene, q[0]), facecolors=colour, **EDGES, zorder=2)
+    links = Line3DCollection([], colors="0.15", linewidths=1.2, zorder=3)
+    dots = Line3D([], [], [], marker="o", linestyle="", color="k", markersize=3, zorder=4)
+    ax.add_collection3d(bodies, autolim=False)
+    ax.add_collection3d(links, autolim=False)
+    ax.add_line(dots)
+    title = ax.set_title("")
+
+    def draw(i):
+        faces = place(scene, q[i])
+        bodies.set_verts(faces)  # pyright: ignore[reportArgumentType]  (an (F, 4, 3) array: mpl's fast path)
+        n_world = np.einsum("fij,fj->fi", pose(q[i])[1][scene.owner], n_body)
+        bodies.set_facecolor(_shade(colour, n_world))
+        points, coms = joint_points(scene, q[i])
+        links.set_segments(np.stack([coms, points], axis=1))  # pyright: ignore[reportArgumentType]
+        dots.set_data_3d(points[:, 0], points[:, 1], points[:, 2])
+        title.set_text(f"t = {t[i]:.3f} s")
+
+    return fig, draw
+
+
+def _shade(colour, n_world) -> np.ndarray:
+    """Two-sided Lambert shading of face colours (F, 4) by world normals (F, 3)."""
+    n_world = n_world / np.maximum(np.linalg.norm(n_world, axis=-1, keepdims=True), 1e-300)
+    light = 0.4 + 0.6 * np.abs(n_world @ LIGHT)
+    return np.concatenate([colour[:, :3] * light[:, None], colour[:, 3:]], axis=1)

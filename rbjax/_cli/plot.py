@@ -1,0 +1,190 @@
+"""``rbjax plot RUN``: draw quantities of a run file (runfile.py) against time into a PNG.
+
+Quantities (``--quantity``, repeatable, one panel each; default ``qpos`` and ``energy``):
+
+* ``qpos`` / ``qvel``: joint coordinates and velocities (angles in rad, slides in m);
+* ``positions``: the bodies' centres of mass x, y, z [m];
+* ``energy``: kinetic, potential and total energy [J];
+* ``invariants``: the change of total energy E − E(0) [J] (conserved without dissipation or
+  work of applied forces and drivers);
+* ``momentum``: the change of linear momentum [kg m/s] and of angular momentum about the
+  origin [kg m²/s], world frame (conserved without external forces and gravity);
+* ``residual``: the largest joint residuals |Φ| and |W u + Φ_t| (log scale): the drift;
+* ``reactions``: the magnitude of each joint's force [N] and torque [N m] on its body j.
+
+``--select a,b`` keeps the series whose name contains one of the strings (joint or body
+names). A batch run draws ``--sample I``, or with ``--samples K`` the first K samples in thin
+lines (energy and invariants: the total only).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from . import runfile
+from .common import CliError, output_path, pyplot
+
+QUANTITIES = (
+    "qpos",
+    "qvel",
+    "positions",
+    "energy",
+    "invariants",
+    "momentum",
+    "residual",
+    "reactions",
+)
+
+
+def add_parser(sub):
+    p = sub.add_parser(
+        "plot",
+        help="draw joint angles, energies, invariants, residuals or reactions of a run (PNG)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run_file", metavar="RUN", help="run file written by 'rbjax simulate'")
+    p.add_argument(
+        "--quantity", "-q", action="append", choices=QUANTITIES, help="panel to draw (repeatable)"
+    )
+    p.add_argument("--select", default=None, metavar="NAMES", help="comma-separated name filters")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--sample", type=int, default=None, help="the sample of a batch run to draw")
+    g.add_argument(
+        "--samples", type=int, default=None, metavar="K", help="draw the first K samples"
+    )
+    p.add_argument("--out", default="run.png", help="PNG to write (default run.png)")
+    p.add_argument("--dpi", type=int, default=120, help="resolution (default 120)")
+    p.set_defaults(run=run)
+
+
+def _series(run, quantity, select):
+    """[(label, values (..., T), unit)] of one panel, values with the run's sample axis."""
+
+    def keep(name):
+        return not select or any(s in name for s in select)
+
+    out = []
+    if quantity in ("qpos", "qvel"):
+        if quantity not in run:
+            raise CliError(
+                f"--quantity {quantity}: the run has no joint coordinates (scalable bodies). "
+                "Fix: plot positions, energy, invariants or residual."
+            )
+        names = run.names(f"{quantity}_names")
+        out = [(n, run[quantity][..., i], "") for i, n in enumerate(names) if keep(n)]
+    elif quantity == "positions":
+        for b, name in enumerate(run.names("body_names")):
+            if keep(name):
+                out += [(f"{name}.{c}", run["q"][..., b, k], "m") for k, c in enumerate("xyz")]
+    elif quantity == "energy":
+        out = [
+            ("kinetic", run["kinetic_energy"], "J"),
+            ("potential", run["potential_energy"], "J"),
+            ("total", run["total_energy"], "J"),
+        ]
+    elif quantity == "invariants":
+        e = run["total_energy"]
+        out = [("E - E(0)", e - e[..., :1], "J")]
+    elif quantity == "momentum":
+        for key, label in (("linear_momentum", "p"), ("angular_momentum", "L")):
+            v = run[key]
+            out += [
+                (f"{label}{c} - {label}{c}(0)", v[..., k] - v[..., :1, k], "")
+                for k, c in enumerate("xyz")
+            ]
+    elif quantity == "residual":
+        if "position_residual" not in run:
+            raise CliError(
+                "--quantity residual: the model has no joints. Fix: plot energy or invariants."
+            )
+        out = [
+            ("|Phi|", run["position_residual"], ""),
+            ("|W u + Phi_t|", run["velocity_residual"], ""),
+        ]
+    elif quantity == "reactions":
+        if "reaction_force" not in run:
+            raise CliError(
+                "--quantity reactions: the run has no reactions (no joints, or simulated with "
+                "--no-reactions). Fix: simulate again without --no-reactions."
+            )
+        for k, name in enumerate(run.names("joint_names")):
+            if keep(name):
+                out.append(
+                    (f"{name} |F|", np.linalg.norm(run["reaction_force"][..., k, :], axis=-1), "N")
+                )
+                out.append(
+                    (
+                        f"{name} |T|",
+                        np.linalg.norm(run["reaction_torque"][..., k, :], axis=-1),
+                        "N m",
+                    )
+                )
+    if not out:
+        raise CliError(
+            f"--select {','.join(select)!r} matches no series of {quantity}. Fix: use a joint or body name."
+        )
+    return out
+
+
+def run(args) -> int:
+    data = runfile.read(args.run_file)
+    output_path(args.out, (".png",), "plot")
+    select = [s for s in (args.select or "").split(",") if s]
+    quantities = args.quantity or ["qpos" if "qpos" in data else "positions", "energy"]
+    t = data["t"]
+    if data.batch:
+        if args.samples is not None:
+            if not 1 <= args.samples <= data.batch:
+                raise CliError(
+                    f"--samples {args.samples} is not in 1..{data.batch}. Fix: e.g. --samples 10."
+                )
+            pick = slice(0, args.samples)
+        else:
+            i = 0 if args.sample is None else args.sample
+            if not 0 <= i < data.batch:
+                raise CliError(
+                    f"--sample {i} is not in 0..{data.batch - 1} (the run has {data.batch} samples). Fix: e.g. --sample 0."
+                )
+            pick = i
+    else:
+        if args.sample not in (None, 0) or args.samples not in (None, 1):
+            raise CliError(
+                "--sample/--samples: the run is a single simulation. Fix: leave them out."
+            )
+        pick = None
+    plt = pyplot()
+    fig, axes = plt.subplots(
+        len(quantities), 1, figsize=(8, 2.6 * len(quantities)), sharex=True, squeeze=False
+    )
+    many = isinstance(pick, slice)
+    for ax, quantity in zip(axes[:, 0], quantities, strict=True):
+        series = _series(data, quantity, select)
+        if many and quantity in ("energy", "invariants"):
+            series = series[2:3] if quantity == "energy" else series[:1]
+        for k, (label, values, _) in enumerate(series):
+            v = values if pick is None else values[pick]
+            style = dict(lw=0.6, alpha=0.6) if many else dict(lw=1.2)
+            lines = ax.plot(
+                t, np.asarray(v).T, color=f"C{k % 10}", **style
+            )  # samples share a colour
+            lines[0].set_label(label)
+        units = {u for _, _, u in series if u}
+        ax.set_ylabel(quantity + (f" [{units.pop()}]" if len(units) == 1 else ""))
+        if quantity == "residual":
+            ax.set_yscale("log")
+        if len(series) <= 12:
+            ax.legend(fontsize="small", loc="best", ncols=min(4, len(series)))
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("t [s]")
+    title = str(data.meta.get("model", ""))
+    if data.batch:
+        title += f" (sample {pick})" if isinstance(pick, int) else f" ({args.samples} samples)"
+    fig.suptitle(title, fontsize="medium")
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=args.dpi)
+    plt.close(fig)
+    print(f"wrote {args.out}")
+    return 0

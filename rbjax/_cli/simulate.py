@@ -1,0 +1,439 @@
+"""``rbjax simulate MODEL``: integrate a model file and write a run file (runfile.py).
+
+A single run starts from the file's initial state (MJCF/URDF: qpos0 at rest, or the keyframe
+the loader was given; model file: its ``[initial]`` table). ``--batch N`` integrates N copies
+at once, each perturbed independently (``--perturb NAME=SIZE``, Gaussian, seeded by
+``--seed``, sample i reproducible from the seed):
+
+* ``qpos=σ``: the joint coordinates (rbjax.JointSpace), displaced along the joint velocity
+  directions by δ ~ N(0, σ²) per coordinate (radians for angles and ball/free rotations,
+  metres for slides and free positions), q ← q + q̇(q, δ), quaternions renormalised;
+* ``qvel=σ``: the joint velocities plus N(0, σ²);
+* ``mass=σ``: every body's mass and inertia times exp(N(0, σ²)) (its density scaled).
+
+Loops are put back onto their closures by :func:`rbjax.assemble` after perturbing. The time
+span is integrated in about 20 segments with the same compiled program, so a progress bar
+can follow; the first segment's time includes the compilation, reported separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import __version__
+from .._analysis.assembly import assemble
+from .._analysis.checks import check_mechanism_state
+from .._dynamics import UdwadiaSchutte
+from .._results import RESULTS
+from .._rollout import Trajectory, rollout
+from . import quantities, runfile
+from .common import (
+    INTEGRATORS,
+    CliError,
+    add_progress,
+    key_values,
+    load_model,
+    output_path,
+    show_progress,
+)
+
+PERTURB = {
+    "qpos": "sd of the joint coordinates [rad or m]",
+    "qvel": "sd of the joint velocities [rad/s or m/s]",
+    "mass": "relative sd of every body's mass and inertia",
+}
+MAX_SAVES = 1000
+
+
+def add_parser(sub):
+    p = sub.add_parser(
+        "simulate",
+        help="integrate a model and write a run file (.npz, optionally .csv)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "model", metavar="MODEL", help="MJCF (.xml), URDF (.urdf) or rbjax model file (.toml)"
+    )
+    p.add_argument(
+        "--t", type=float, default=1.0, metavar="SECONDS", help="time span (default 1 s)"
+    )
+    p.add_argument(
+        "--dt", type=float, default=None, help="step [s] (default: the file's timestep, else 1e-3)"
+    )
+    p.add_argument("--integrator", choices=sorted(INTEGRATORS), default="rk4", help="default rk4")
+    p.add_argument(
+        "--save-every",
+        type=int,
+        default=None,
+        metavar="K",
+        help=f"save every K-th step (must divide the steps; default: at most {MAX_SAVES} saves)",
+    )
+    p.add_argument(
+        "--batch", type=int, default=None, metavar="N", help="integrate N perturbed copies"
+    )
+    p.add_argument(
+        "--perturb",
+        action="append",
+        metavar="NAME=SIZE",
+        help="with --batch: "
+        + "; ".join(f"{k}: {v}" for k, v in PERTURB.items())
+        + " (repeatable)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="random seed of the perturbations (default 0)"
+    )
+    p.add_argument(
+        "--ctrl",
+        default=None,
+        metavar="C1,C2,...",
+        help="constant actuator controls in MuJoCo's ctrl order (MJCF/URDF models)",
+    )
+    p.add_argument("--out", default="run.npz", help="run file to write (default run.npz)")
+    p.add_argument(
+        "--csv", default=None, metavar="FILE", help="also write a CSV of the per-time quantities"
+    )
+    p.add_argument(
+        "--no-reactions",
+        dest="reactions",
+        action="store_false",
+        help="do not compute joint reactions (saves memory on long batches)",
+    )
+    add_progress(p)
+    p.set_defaults(run=run)
+
+
+def _steps(t_span: float, dt: float, save_every: int | None) -> tuple[int, int]:
+    if not (dt > 0 and np.isfinite(dt)):
+        raise CliError(f"--dt {dt!r} is not a positive step. Fix: e.g. --dt 1e-3.")
+    if not (t_span > 0 and np.isfinite(t_span)):
+        raise CliError(f"--t {t_span!r} is not a positive time span. Fix: e.g. --t 2.")
+    n = round(t_span / dt)
+    if n < 1 or abs(n * dt - t_span) > 1e-9 * max(1.0, t_span):
+        raise CliError(
+            f"--t {t_span:g} is not a whole number of steps of --dt {dt:g} ({t_span / dt:.6g}). "
+            f"Fix: choose --t as a multiple of --dt, e.g. --t {max(n, 1) * dt:g}."
+        )
+    if save_every is None:
+        save_every = min(d for d in range(1, n + 1) if n % d == 0 and n // d <= MAX_SAVES)
+    elif save_every < 1 or n % save_every:
+        raise CliError(
+            f"--save-every {save_every} does not divide the {n} steps. Fix: use a divisor of {n}."
+        )
+    return n, save_every
+
+
+def _segments(n_saves: int) -> int:
+    """The divisor of the number of saves closest to 20: equal segments, one compilation."""
+    divisors = [d for d in range(1, n_saves + 1) if n_saves % d == 0]
+    return min(divisors, key=lambda d: abs(d - 20))
+
+
+def _controls(text, loaded_path):
+    if text is None:
+        return None
+    try:
+        return np.array([float(x) for x in text.split(",")])
+    except ValueError:
+        raise CliError(
+            f"--ctrl {text!r} is not a comma-separated list of numbers. Fix: e.g. --ctrl 0.5,0."
+        ) from None
+
+
+def _initial(loaded, args, perturb):
+    """The model (batched mass/inertia with mass=σ) and initial state(s), and the arrays of
+    the perturbations each sample received."""
+    model, state = loaded.model, loaded.state
+    if state is None:
+        raise CliError(
+            f"MODEL {args.model!r} has no initial state. Fix: add an [initial] table to the model "
+            "file (docs: 'Write a model file')."
+        )
+    if args.batch is None:
+        if perturb:
+            raise CliError(
+                "--perturb needs --batch N (how many perturbed copies). Fix: add e.g. --batch 100."
+            )
+        return model, state, {}
+    if args.batch < 1:
+        raise CliError(f"--batch {args.batch} is not a positive count. Fix: e.g. --batch 100.")
+    n = args.batch
+    keys = jax.random.split(jax.random.key(args.seed), 3)
+    record = {}
+    js = quantities.joint_space(model)
+    if js is None and ({"qpos", "qvel"} & set(perturb)):
+        raise CliError(
+            "--perturb qpos/qvel needs joint coordinates, which are not defined for scalable "
+            "bodies. Fix: perturb mass only, or use rigid bodies."
+        )
+    if js is not None:
+        qpos0, qvel0 = js.positions(state), js.velocities(state)
+        d_pos = perturb.get("qpos", 0.0) * jax.random.normal(keys[0], (n, js.nv), qpos0.dtype)
+        d_vel = perturb.get("qvel", 0.0) * jax.random.normal(keys[1], (n, js.nv), qpos0.dtype)
+        quats = _quaternion_slices(js)
+
+        def one(dp, dv):
+            x = qpos0 + js._tangent(qpos0, dp)
+            for s in quats:
+                x = x.at[s].set(x[s] / jnp.linalg.norm(x[s]))
+            return js.state(x, qvel0 + dv, state.t)
+
+        state = eqx.filter_jit(jax.vmap(one))(d_pos, d_vel)
+        if js.loops:
+            state = _assemble(model, state)
+        record |= {f"perturb_{k}": d for k, d in (("qpos", d_pos), ("qvel", d_vel)) if k in perturb}
+    else:
+        state = jax.tree.map(lambda x: jnp.broadcast_to(x, (n,) + x.shape), state)
+    if "mass" in perturb:
+        f = jnp.exp(perturb["mass"] * jax.random.normal(keys[2], (n, model.nb), model.mass.dtype))
+        model = eqx.tree_at(
+            lambda m: (m.mass, m.inertia),
+            model,
+            (model.mass * f, model.inertia * f[..., None, None]),
+        )
+        record["perturb_mass"] = f
+    return model, state, record
+
+
+def _assemble(model, state):
+    """Each perturbed sample onto the loop closures: :func:`rbjax.assemble` for independent
+    joint equations; for redundant ones (UdwadiaSchutte, e.g. a planar loop) the loader's
+    pseudo-inverse Gauss–Newton, one sample at a time (rbjax.assemble needs a regular
+    Schur complement)."""
+    if not isinstance(model.formulation, UdwadiaSchutte):
+        return assemble(model, state)
+    from .._io.mujoco import _assemble_least_squares
+
+    one = lambda i: _assemble_least_squares(model, jax.tree.map(lambda x: x[i], state))[0]  # noqa: E731
+    samples = [one(i) for i in range(state.q.shape[0])]
+    return jax.tree.map(lambda *x: jnp.stack(x), *samples)
+
+
+def _quaternion_slices(js):
+    out, o = [], 0
+    for _, kind, nq, _ in js.coordinates:
+        if kind == "free":
+            out.append(slice(o + 3, o + 7))
+        elif kind == "spherical":
+            out.append(slice(o, o + 4))
+        o += nq
+    return out
+
+
+def _integrate(model, state, dt, n_steps, save_every, integrator, multipliers, progress):
+    """Integrate in equal segments (one compilation); returns the concatenated arrays, the
+    per-sample result code and failed step, and the timings."""
+    n_seg = _segments(n_steps // save_every)
+    seg = n_steps // n_seg
+    model.check_state(state)  # what rollout checks in a State it starts from
+    check_mechanism_state(model, state)
+    parts, cur, times = [], _as_trajectory(model, state, multipliers), []
+    lead = state.q.shape[:-2]
+    result = np.zeros(lead, np.int32)
+    failed = np.full(lead, -1, np.int64)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n_steps, unit="step", unit_scale=True, desc="simulate")
+    try:
+        for s in range(n_seg):
+            t0 = time.perf_counter()
+            traj = rollout(
+                model,
+                cur,
+                dt,
+                seg,
+                integrator=integrator,
+                save_every=save_every,
+                multipliers=multipliers,
+                throw=False,
+            )
+            jax.block_until_ready(traj.q)
+            times.append(time.perf_counter() - t0)
+            codes = np.asarray(traj.result)
+            new = (codes != 0) & (result == 0)
+            result = np.where(new, codes, result)
+            failed = np.where(new, s * seg + np.asarray(traj.failed_step), failed)
+            parts.append(traj if s == 0 else _drop_first(traj))
+            if np.all(result != 0):
+                break
+            cur = _continuable(traj, result != 0, state)
+            if bar is not None:
+                bar.update(seg)
+    finally:
+        if bar is not None:
+            bar.close()
+    arrays = {
+        k: np.concatenate([np.asarray(getattr(p, k)) for p in parts], axis=len(lead))
+        for k in ("t", "q", "u") + (("lam",) if multipliers else ())
+    }
+    return arrays, result, failed, times
+
+
+def _as_trajectory(model, state, multipliers) -> Trajectory:
+    """The checked initial state as a one-state Trajectory, so that every segment continues a
+    Trajectory and all of them run ONE compiled program (a State would compile another)."""
+    lead = state.q.shape[:-2]
+    one = lambda x: jnp.expand_dims(x, len(lead))  # noqa: E731
+    lam = None
+    if multipliers:
+        lam = jnp.zeros(lead + (1, model.nb + sum(model.joint_rows)), state.q.dtype)
+    return Trajectory(
+        t=one(jnp.broadcast_to(state.t, lead)),
+        q=one(state.q),
+        u=one(state.u),
+        lam=lam,
+        result=jnp.zeros(lead, jnp.int32),
+        failed_step=jnp.full(lead, -1, jnp.int32),
+    )
+
+
+def _drop_first(traj: Trajectory) -> Trajectory:
+    """A continued segment starts with the previous segment's last state: drop it."""
+    lead = traj.t.ndim - 1  # the time axis of every saved array
+
+    def cut(x):
+        return jax.lax.slice_in_dim(x, 1, None, axis=lead)
+
+    return Trajectory(
+        t=cut(traj.t),
+        q=cut(traj.q),
+        u=cut(traj.u),
+        lam=None if traj.lam is None else cut(traj.lam),
+        result=traj.result,
+        failed_step=traj.failed_step,
+    )
+
+
+def _continuable(traj: Trajectory, dead, state0):
+    """The segment's trajectory with failed samples reset to their initial state and a
+    success code, so the others continue; the failed samples' later values are discarded."""
+    if not np.any(dead):
+        return traj
+    keep = lambda a, a0: jnp.where(dead[..., None, None, None], a0[..., None, :, :], a)  # noqa: E731
+    return eqx.tree_at(
+        lambda tr: (tr.q, tr.u, tr.result),
+        traj,
+        (keep(traj.q, state0.q), keep(traj.u, state0.u), jnp.zeros_like(traj.result)),
+    )
+
+
+def run(args) -> int:
+    perturb = key_values(args.perturb, "--perturb", PERTURB)
+    output_path(args.out, (".npz",), "run file")
+    if args.csv is not None:
+        if not args.csv.lower().endswith(".csv"):
+            raise CliError(f"--csv {args.csv!r} does not end in .csv. Fix: e.g. --csv run.csv.")
+        output_path(args.csv, (".csv",), "table")
+    control = _controls(args.ctrl, args.model)
+    loaded = load_model(args.model) if control is None else _load_with(args.model, control)
+    dt = args.dt if args.dt is not None else (loaded.timestep or 1e-3)
+    n_steps, save_every = _steps(args.t, dt, args.save_every)
+    model, state, record = _initial(loaded, args, perturb)
+    integrator = INTEGRATORS[args.integrator]()
+    multipliers = bool(args.reactions and model.joints)
+    arrays, result, failed, times = _integrate(
+        model, state, dt, n_steps, save_every, integrator, multipliers, show_progress(args.progress)
+    )
+    arrays |= _derived(model, arrays, args.batch is not None)
+    arrays |= {
+        "body_names": np.array(model.names),
+        "joint_names": np.array(model.joint_names, dtype=str),
+        "result": result,
+        "failed_step": failed,
+    }
+    js = quantities.joint_space(model)
+    if js is not None and js.nq:
+        pos, vel = quantities.coordinate_names(js)
+        arrays |= {"qpos_names": np.array(pos), "qvel_names": np.array(vel)}
+    arrays |= {k: np.asarray(v) for k, v in record.items()}
+    if args.batch is not None:  # every sample has the same times
+        arrays["t"] = arrays["t"][0]
+    compile_s = max(times[0] - float(np.median(times[1:])), 0.0) if len(times) > 1 else None
+    run_s = float(np.sum(times[1:]) + (times[0] - (compile_s or 0.0)))
+    meta = {
+        "model": args.model,
+        "dt": dt,
+        "n_steps": n_steps,
+        "save_every": save_every,
+        "integrator": args.integrator,
+        "batch": args.batch,
+        "perturb": perturb,
+        "seed": args.seed if args.batch else None,
+        "ctrl": None if control is None else control.tolist(),
+        "compile_s": compile_s,
+        "run_s": run_s,
+        "rbjax": __version__,
+        "jax": jax.__version__,
+        "device": str(jax.devices()[0].device_kind),
+        "dtype": str(arrays["q"].dtype),
+    }
+    runfile.write(args.out, arrays, meta)
+    if args.csv is not None:
+        runfile.write_csv(args.csv, runfile.read(args.out))
+    return _report(args, model, arrays, meta, result, failed)
+
+
+def _load_with(path, control):
+    from .._io.load import load
+
+    load_model(path)  # the command line's checks of the path and the mujoco extra
+    return load(path, control=control)
+
+
+def _derived(model, arrays, batched):
+    lam = arrays.get("lam")
+    if not batched:
+        out = quantities.derive(model, arrays["t"], arrays["q"], arrays["u"], lam)
+        return {k: np.asarray(v) for k, v in out.items()}
+    n = arrays["q"].shape[0]
+    mass = jnp.broadcast_to(model.mass, (n, model.nb))  # one row per sample (perturbed or not)
+    inertia = jnp.broadcast_to(model.inertia, (n, model.nb, 3, 3))
+
+    def one(m, i, t, q, u, lam_):
+        return quantities.derive(
+            eqx.tree_at(lambda x: (x.mass, x.inertia), model, (m, i)), t, q, u, lam_
+        )
+
+    out = jax.vmap(one)(mass, inertia, arrays["t"], arrays["q"], arrays["u"], lam)
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def _report(args, model, arrays, meta, result, failed) -> int:
+    n_sys = 1 if args.batch is None else args.batch
+    steps = meta["n_steps"] * n_sys
+    print(
+        f"{args.model}: {model.nb} bodies, {len(model.joints)} joints; {n_sys} system(s) x "
+        f"{meta['n_steps']} steps of {meta['dt']:g} s ({args.integrator})"
+    )
+    compile_txt = "n/a (one segment)" if meta["compile_s"] is None else f"{meta['compile_s']:.2f} s"
+    print(
+        f"compile {compile_txt}; run {meta['run_s']:.2f} s ({steps / max(meta['run_s'], 1e-12):.3g} steps/s)"
+    )
+    energy = arrays["total_energy"]
+    drift = np.nanmax(np.abs(energy - energy[..., :1]))
+    print(f"energy change max |E(t) - E(0)| = {drift:.3g} J", end="")
+    if "position_residual" in arrays:
+        print(f"; joint residual max |Phi| = {np.nanmax(arrays['position_residual']):.3g}")
+    else:
+        print()
+    print(f"wrote {args.out}" + (f" and {args.csv}" if args.csv else ""))
+    bad = np.flatnonzero(np.asarray(result).reshape(-1) != 0)
+    if bad.size:
+        flat_f = np.asarray(failed).reshape(-1)
+        flat_r = np.asarray(result).reshape(-1)
+        first = int(bad[0])
+        which = "" if args.batch is None else f"sample {first} "
+        print(
+            f"FAILED: {bad.size} of {n_sys} system(s); {which}at step {int(flat_f[first])}: "
+            f"{RESULTS(int(flat_r[first])).message}. Fix: a smaller --dt or another integrator.",
+        )
+        return 1
+    return 0
