@@ -2,10 +2,16 @@
 
 For each model of examples/models (loaded with rbjax.load) and each batch size B, B copies
 start from random joint positions and velocities; rbjax integrates all of them in one rollout
-(RK4, the file's step, ``--steps`` steps), MuJoCo C steps the same states with RK4 (one thread,
-a Python loop over mj_step, and where available ``mujoco.rollout`` on every core). Reported:
-compile time (the first call minus a warm call) and the median warm run time over
-``--repeats`` runs, as system-steps per second. JSON to ``--json``; a table on stdout.
+(RK4, the file's step, ``--steps`` steps), MuJoCo C steps the same states with RK4 on one
+thread (``mujoco.rollout``, contacts and joint limits off as in rbjax; up to B =
+``--mujoco-batch``). Reported: compile time (the first call minus the median warm call) and
+the median warm run time over ``--repeats`` runs, as system-steps per second. JSON to
+``--json``; a table on stdout.
+
+The measuring is ``rbjax bench`` (rbjax/_cli/bench.py); this script runs it over several
+models and keeps its own JSON format: ``{"meta": {...}, "records": [{model, batch,
+batch_chunk, bodies, compile_s, run_s, rbjax_steps_per_s, rbjax_body_steps_per_s,
+mujoco_steps_per_s}, ...]}``, ``meta["header"]`` being ``rbjax bench``'s header.
 
     python benchmarks/loaded.py [--quick] [--json benchmarks/results/loaded.json]
 """
@@ -15,83 +21,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import statistics
 import sys
-import time
 import warnings
 
 import jax
-import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
-import rbjax  # noqa: E402
+from rbjax._cli import bench  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = os.path.join(HERE, "..", "examples", "models")
-
-
-def random_states(source, batch, rng):
-    m = source.mjmodel
-    states = []
-    for _ in range(batch):
-        qpos = m.qpos0 + rng.uniform(-0.3, 0.3, m.nq)
-        for j in range(m.njnt):
-            a, kind = m.jnt_qposadr[j], int(m.jnt_type[j])
-            if kind in (0, 1):  # free, ball: unit quaternions
-                o = a + 3 if kind == 0 else a
-                qpos[o : o + 4] /= np.linalg.norm(qpos[o : o + 4])
-        qvel = rng.uniform(-0.5, 0.5, m.nv)
-        states.append((qpos, qvel))
-    return states
-
-
-def time_rbjax(loaded, states, steps, repeats, batch_chunk=None):
-    st = [loaded.source.state(q, v) for q, v in states]
-    state = rbjax.State(
-        t=np.zeros(len(st)), q=np.stack([s.q for s in st]), u=np.stack([s.u for s in st])
-    )
-
-    def call():
-        traj = rbjax.rollout(
-            loaded.model,
-            state,
-            loaded.timestep,
-            steps,
-            integrator=rbjax.RK4(),
-            save_every=steps,
-            batch_chunk=batch_chunk,
-        )
-        jax.block_until_ready(traj.q)
-
-    t0 = time.perf_counter()
-    call()
-    first = time.perf_counter() - t0
-    runs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        call()
-        runs.append(time.perf_counter() - t0)
-    run = statistics.median(runs)
-    return max(first - run, 0.0), run
-
-
-def time_mujoco(loaded, states, steps, repeats):
-    import mujoco
-
-    m = loaded.source.mjmodel
-    m.opt.integrator = mujoco.mjtIntegrator.mjINT_RK4
-    d = mujoco.MjData(m)
-    runs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for qpos, qvel in states:
-            d.qpos[:], d.qvel[:] = qpos, qvel
-            for _ in range(steps):
-                mujoco.mj_step(m, d)
-        runs.append(time.perf_counter() - t0)
-    return statistics.median(runs)
 
 
 def main(argv=None):
@@ -104,9 +44,7 @@ def main(argv=None):
     ap.add_argument("--batches", nargs="*", type=int, default=[1, 64, 1024, 8192])
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument(
-        "--mujoco-batch", type=int, default=64, help="largest B MuJoCo steps (a Python loop)"
-    )
+    ap.add_argument("--mujoco-batch", type=int, default=64, help="largest B MuJoCo C steps")
     ap.add_argument(
         "--batch-chunk", type=int, default=None, help="rollout's batch_chunk (default: its own)"
     )
@@ -115,58 +53,57 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.quick:
         args.batches, args.steps, args.repeats = [1, 64], 100, 1
-    device = jax.devices()[0]
+    head = bench.header()
     meta = {
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-        "device": f"{device.platform}: {device.device_kind}",
-        "jax": jax.__version__,
+        "machine": f"{head['cpu']}, {head['cpu_count']} cores",
+        "device": head["device"],
+        "jax": head["jax"],
         "steps": args.steps,
+        "mujoco": head["mujoco"],
+        "header": head,
     }
-    try:
-        import mujoco
-
-        meta["mujoco"] = mujoco.__version__
-    except ImportError:
-        mujoco = None
-    rng = np.random.default_rng(0)
     records = []
-    print(f"{meta['device']}, {meta['machine']}, jax {meta['jax']}, {args.steps} RK4 steps")
-    print(
-        "| model | B | rbjax compile s | rbjax run s | rbjax steps/s | MuJoCo C steps/s (1 thread) |"
-    )
-    print("|---|---|---|---|---|---|")
-    for name in args.models:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            loaded = rbjax.load(os.path.join(MODELS, name))
-        for batch in args.batches:
-            states = random_states(loaded.source, batch, rng)
-            compile_s, run_s = time_rbjax(
-                loaded, states, args.steps, args.repeats, args.batch_chunk
-            )
+    print("\n".join(bench.header_lines(head)) + f"\n{args.steps} RK4 steps\n")
+    print(bench.table_head(), flush=True)
+
+    def on_row(row):
+        print(bench.table_line(row), flush=True)
+        if row["engine"] == "rbjax":
             rec = {
-                "model": name,
-                "batch": batch,
-                "batch_chunk": args.batch_chunk,
-                "compile_s": compile_s,
-                "run_s": run_s,
-                "rbjax_steps_per_s": batch * args.steps / run_s,
+                "model": row["model"],
+                "batch": row["batch"],
+                "batch_chunk": row["batch_chunk"],
+                "bodies": row["bodies"],
+                "compile_s": row["compile_s"],
+                "run_s": row["run_s"],
+                "rbjax_steps_per_s": row["steps_per_s"],
+                "rbjax_body_steps_per_s": row["body_steps_per_s"],
             }
-            if mujoco is not None and batch <= args.mujoco_batch:
-                mj = time_mujoco(loaded, states, args.steps, max(1, args.repeats // 2))
-                rec["mujoco_steps_per_s"] = batch * args.steps / mj
+            if "error" in row:
+                rec["error"] = row["error"]
             records.append(rec)
-            mj_col = f"{rec['mujoco_steps_per_s']:.3g}" if "mujoco_steps_per_s" in rec else "–"
-            print(
-                f"| {name} | {batch} | {compile_s:.1f} | {run_s:.3g} | "
-                f"{rec['rbjax_steps_per_s']:.3g} | {mj_col} |",
-                flush=True,
-            )
-            if args.json:  # after every row: a run cut short keeps what it measured
-                with open(args.json, "w") as fh:
-                    json.dump({"meta": meta, "records": records}, fh, indent=1)
+        else:  # the peer's row follows the rbjax row of the same model and batch
+            records[-1]["mujoco_steps_per_s"] = row["steps_per_s"]
+        if args.json:  # after every row: a run cut short keeps what it measured
+            with open(args.json, "w") as fh:
+                json.dump({"meta": meta, "records": records}, fh, indent=1)
+
+    for name in args.models:
+        with warnings.catch_warnings():  # elements rbjax does not simulate (contacts, ...)
+            warnings.simplefilter("ignore")
+            case = bench.prepare(os.path.join(MODELS, name))
+        bench.measure(
+            case,
+            args.batches,
+            steps=args.steps,
+            repeats=args.repeats,
+            mujoco_max_batch=args.mujoco_batch,
+            batch_chunk=args.batch_chunk,
+            on_row=on_row,
+        )
     return records
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main() is not None else 1)
+    records = main()
+    sys.exit(0 if records and not any("error" in r for r in records) else 1)
