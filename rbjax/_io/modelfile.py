@@ -11,6 +11,7 @@ the standard library (``tomllib``); JSON has no comments and YAML's implicit typ
     format = "rbjax-model 1"
     gravity = [0.0, 0.0, -9.81]
     formulation = "ScalableDAE"            # or "NewtonEuler", "UdwadiaSchutte"
+    baumgarte = [10.0, 10.0]               # optional: Baumgarte's α, β [1/s] (rbjax.Model)
 
     [[bodies]]
     name = "crank"
@@ -173,7 +174,17 @@ def read(path) -> tuple[Any, State | None, float | None]:
     _keys(
         "model",
         doc,
-        ("format", "gravity", "formulation", "timestep", "bodies", "joints", "forces", "initial"),
+        (
+            "format",
+            "gravity",
+            "formulation",
+            "baumgarte",
+            "timestep",
+            "bodies",
+            "joints",
+            "forces",
+            "initial",
+        ),
         ("format", "bodies"),
     )
     if doc["format"] != FORMAT:
@@ -221,6 +232,7 @@ def read(path) -> tuple[Any, State | None, float | None]:
         joints=joints,
         forces=forces,
         formulation=_FORMULATIONS[formulation](),
+        baumgarte=_baumgarte(doc.get("baumgarte")),
     )
     state = None
     if "initial" in doc:
@@ -404,6 +416,19 @@ def _expression_out(path, f):
     )
 
 
+def _baumgarte(value):
+    """``baumgarte = [α, β]``: two numbers, or absent (None)."""
+    if value is None:
+        return None
+    if not (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    ):
+        _err("baumgarte", f"is {value!r}", "give two numbers [alpha, beta] in 1/s, or omit it")
+    return (float(value[0]), float(value[1]))
+
+
 def write(path, model, state: State | None = None, timestep: float | None = None) -> None:
     """Write ``model`` (and ``state``, ``timestep``) to ``path`` in the model-file format."""
     names = model.names
@@ -419,7 +444,7 @@ def write(path, model, state: State | None = None, timestep: float | None = None
             "NewtonEuler() or UdwadiaSchutte()."
         )
     if model.baumgarte is not None:
-        raise ModelFileError("Model.baumgarte has no model-file form yet. Fix: save without it.")
+        lines.append(f"baumgarte = [{_num(model.baumgarte[0])}, {_num(model.baumgarte[1])}]")
     for b in range(model.nb):
         lines += ["", "[[bodies]]", f"name = {_value(names[b])}", f"mass = {_num(model.mass[b])}"]
         lines.append(f"inertia = {_value(model.inertia[b])}")
