@@ -2,7 +2,8 @@
 
 A symmetric top (m = 1 kg, centre of mass l = 2 cm from the tip on its symmetry axis,
 I₁ = I₂ = 2e-3 kg m² about the centre of mass, I₃ = 4e-3 kg m²) spins at ω₃ = 20 rad/s with its
-tip held by a ``Spherical`` joint at the origin, g = 9.81 m/s² along −z. Started on the steady-
+tip held by a ``Spherical`` joint at the origin, g = 9.81 m/s² along −z (the model file
+examples/models/heavy_top.toml, loaded with rbjax.load). Started on the steady-
 precession cone (tilt θ, precession rate φ̇, no nutation), the top must keep its tilt and
 precess uniformly at the rate given by the closed form (Goldstein §5.7, with I₁' = I₁ + m l²
 about the tip):
@@ -36,6 +37,7 @@ from _checks import Checks  # noqa: E402
 
 G, MASS, ARM = 9.81, 1.0, 0.02
 I1C, I3 = 2e-3, 4e-3  # about the centre of mass
+MODEL_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "heavy_top.toml")
 I1 = I1C + MASS * ARM**2  # transverse, about the tip
 SPIN = 20.0  # ω₃ [rad/s]
 CASES = ((30.0, "slow"), (60.0, "slow"), (30.0, "fast"))  # (tilt [deg], root)
@@ -103,12 +105,10 @@ def main(argv=None):
         np.stack(x)[:, None] for x in zip(*map(steady_state, thetas, rates), strict=True)
     )
     state0 = rbjax.make_state(position=r, quaternion=quat, velocity=v, omega_body=w_body)
-    q_ref = np.r_[r[0, 0], quat[0, 0]][None]
-    model = rbjax.Model(
-        [rbjax.Body(MASS, np.diag([I1C, I1C, I3]), name="top")],
-        joints=[rbjax.Spherical.at(q_ref, rbjax.GROUND, 0, point=[0, 0, 0], name="tip")],
-        gravity=[0, 0, -G],
-    )
+    model = rbjax.load(MODEL_FILE).model  # the top and its tip joint
+    assert np.allclose(model.mass, MASS) and np.allclose(
+        np.diag(model.inertia[0]), [I1C, I1C, I3]
+    ), "file ≠ reference"
     print(
         f"Heavy symmetric top: m = {MASS} kg, l = {ARM} m, I₁ = {I1C}, I₃ = {I3} kg m² (CoM), "
         f"spin ω₃ = {SPIN} rad/s; {len(CASES)} tops batched, RK4 dt = {args.dt} s, {args.t_end} s"

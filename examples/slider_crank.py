@@ -3,7 +3,9 @@
 Crank (r = 0.2 m, 1 kg) on a revolute joint to ground about world z; connecting rod (l = 0.6 m,
 2 kg) with a spherical joint at the crank pin and a universal joint at the wrist pin; slider
 (3 kg) on a translational joint along world x. Gravity is tilted into the plane of motion,
-g = 9.81 (0, −0.6, −0.8) m/s², so that it does work. Checked against things rbjax does not
+g = 9.81 (0, −0.6, −0.8) m/s², so that it does work. The mechanism is the model file
+examples/models/slider_crank.toml (rbjax.load); the closed forms below take r, l, θ₀ and ω
+from this script's constants. Checked against things rbjax does not
 compute:
 
 1. Mobility: 1 degree of freedom, no redundant joint equations; with a motor
@@ -43,6 +45,7 @@ R, L, TH0, OMEGA = 0.2, 0.6, 0.3, 2.0  # crank, rod [m]; initial crank angle [ra
 GRAVITY = 9.81 * np.array([0.0, -0.6, -0.8])
 TORQUE = 4.0  # constant crank torque of the dynamics run [N m]
 DT = 2.5e-4  # RK4 step of the dynamics run [s]
+MODEL_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "slider_crank.toml")
 
 
 def closed_form(th):
@@ -54,60 +57,24 @@ def closed_form(th):
     return x, xp, xpp
 
 
-def quat_z(angle):
-    return np.array([np.cos(angle / 2), 0.0, 0.0, np.sin(angle / 2)])
-
-
 def mechanism():
-    """Bodies, joints (without motor), the motor driver and the initial state at θ₀."""
-    x0 = closed_form(TH0)[0]
-    pin = np.array([R * np.cos(TH0), R * np.sin(TH0), 0.0])
-    phi = -np.arcsin(R * np.sin(TH0) / L)  # rod angle
-    q0 = np.stack(
-        [
-            np.r_[pin / 2, quat_z(TH0)],
-            np.r_[(pin + [x0, 0, 0]) / 2, quat_z(phi)],
-            np.r_[x0, 0, 0, 1, 0, 0, 0],
-        ]
-    )
+    """The motor-driven mechanism of examples/models/slider_crank.toml (rbjax.load), the same
+    mechanism without the motor under a constant crank torque, and the state at rest at θ₀."""
+    loaded = rbjax.load(MODEL_FILE)
+    driven, state = loaded.model, loaded.state
+    assert driven.joint_names[-1] == "motor", "the motor is the file's last joint"
     bodies = [
-        rbjax.Body(1.0, np.diag([1e-3, 1e-2, 1e-2]), name="crank"),
-        rbjax.Body(2.0, np.diag([1e-3, 6e-2, 6e-2]), name="rod"),
-        rbjax.Body(3.0, np.diag([1e-2, 1e-2, 1e-2]), name="slider"),
+        rbjax.Body(m, i, name=n)
+        for m, i, n in zip(driven.mass, driven.inertia, driven.names, strict=True)
     ]
-    wrist = rbjax.Universal.at(q0, 1, 2, point=[x0, 0, 0], axis=[0, 0, 1])
-    z = [0.0, 0.0, 1.0]
-    joints = [
-        rbjax.Revolute.at(q0, rbjax.GROUND, 0, point=[0, 0, 0], axis=z, x=[1, 0, 0], name="main"),
-        rbjax.Spherical.at(q0, 0, 1, point=pin, name="crankpin"),
-        # the pins: world z on the rod, world y on the slider (perpendicular)
-        rbjax.Universal(
-            1,
-            2,
-            s_i=wrist.s_i,
-            s_j=wrist.s_j,
-            z_i=np.asarray(wrist.z_i),
-            z_j=[0, 1, 0],
-            name="wristpin",
-        ),
-        rbjax.Translational.at(
-            q0, rbjax.GROUND, 2, point=[0, 0, 0], axis=[1, 0, 0], x=[0, 1, 0], name="slide"
-        ),
-    ]
-    # the driven angle: crank body x from the ground direction (cos θ₀, sin θ₀, 0) about z, i.e.
-    # θ − θ₀ (zero in q0), prescribed as ω t
-    motor = rbjax.RotationDriver(
-        rbjax.GROUND,
-        0,
-        f=lambda t: OMEGA * t,
-        z_i=z,
-        x_i=[np.cos(TH0), np.sin(TH0), 0.0],
-        z_j=z,
-        x_j=[1.0, 0.0, 0.0],
-        name="motor",
+    free = rbjax.Model(
+        bodies,
+        joints=driven.joints[:-1],
+        gravity=driven.gravity,
+        forces=[rbjax.BodyTorque(0, [0.0, 0.0, TORQUE])],
     )
-    state0 = rbjax.make_state(position=q0[:, :3], quaternion=q0[:, 3:])
-    return bodies, joints, motor, state0
+    rest = rbjax.make_state(position=state.q[:, :3], quaternion=state.q[:, 3:])
+    return driven, free, state, rest
 
 
 def main(argv=None):
@@ -121,9 +88,9 @@ def main(argv=None):
         "--steps", type=int, default=2000, help=f"RK4 steps of {DT} s in the dynamics run"
     )
     args = ap.parse_args(argv)
-    bodies, joints, motor, st0 = mechanism()
-    mass = np.array([float(b.mass) for b in bodies])
-    inertia = np.stack([np.asarray(b.inertia) for b in bodies])
+    driven, free, st0, rest = mechanism()
+    mass, inertia = np.asarray(driven.mass), np.asarray(driven.inertia)
+    assert np.allclose(driven.gravity, GRAVITY), "file ≠ reference"
     checks = Checks()
     print(
         f"Spatial slider-crank: crank {R} m, rod {L} m, masses {mass.tolist()} kg, "
@@ -131,11 +98,7 @@ def main(argv=None):
     )
 
     # --- 1. mobility
-    free = rbjax.Model(
-        bodies, joints=joints, gravity=GRAVITY, forces=[rbjax.BodyTorque(0, [0, 0, TORQUE])]
-    )
-    driven = rbjax.Model(bodies, joints=joints + [motor], gravity=GRAVITY)
-    mob_free, mob_driven = rbjax.mobility(free, st0), rbjax.mobility(driven, st0)
+    mob_free, mob_driven = rbjax.mobility(free, rest), rbjax.mobility(driven, st0)
     print(
         f"\n1. mobility: without motor DOF = {mob_free.dof} ({mob_free.rows} equations, rank "
         f"{mob_free.rank}, redundant {list(mob_free.redundant)}); with motor DOF = {mob_driven.dof}"
@@ -199,7 +162,7 @@ def main(argv=None):
 
     # --- 4. dynamics under a constant crank torque, energy balance
     t0 = time.perf_counter()
-    tr = rbjax.rollout(free, st0, jnp.asarray(DT), args.steps)
+    tr = rbjax.rollout(free, rest, jnp.asarray(DT), args.steps)
     jax.block_until_ready(tr.q)
     wall = time.perf_counter() - t0
     q = np.asarray(tr.q)
