@@ -36,12 +36,10 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import _quaternion as quat
 from ._constraints import GROUND, AbstractConstraint, _check_f, _vec, _zero, axis, point
 from ._engine import kernels as cf
 
@@ -176,9 +174,18 @@ class AbstractJoint(AbstractConstraint):
 
 
 def _rot_np(a):
-    """R(A) of a unit quaternion as a NumPy matrix (build-time helper; Möller & Glocker 2012 eq. (23))."""
-    with jax.ensure_compile_time_eval():  # works inside jit too: the data are constants
-        return np.asarray(quat.rotation_matrix(jnp.asarray(a, dtype=float)))
+    """R(A) of a unit quaternion (w, x, y, z) as a float64 NumPy matrix (build-time helper;
+    Möller & Glocker 2012 eq. (23)). In NumPy, not jnp: joint frames built from it must be
+    perpendicular to float64 rounding even when JAX runs in float32 (measured: jnp in float32
+    left xᵀz = 3e-8 on an imported arm, which the 1e-9 frame check rejects)."""
+    w, x, y, z = np.asarray(a, dtype=np.float64)
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
 
 
 class Spherical(AbstractJoint):

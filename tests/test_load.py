@@ -7,8 +7,11 @@ coordinates with constraints). Both have RK4's O(h⁴) error, so their differenc
 difference of two discretisations; the steps are small enough that it is below 1e-8.
 """
 
+import os
 import pathlib
 import re
+import subprocess
+import sys
 import warnings
 
 import jax
@@ -521,3 +524,26 @@ def test_time_varying_controls_reach_each_actuator():
     for t, (push, servo) in ((0.05, (0.5, 0.1)), (0.15, (1.0, -0.3)), (0.25, (-0.2, 0.4))):
         assert float(acts["push"].signal(t)) == pytest.approx(push)  # clamped to [-1, 1]
         assert float(acts["servo"].signal(t)) == pytest.approx(servo)
+
+
+def test_loads_in_float32_when_jax_runs_in_float32():
+    """Regression: with JAX in float32 (x64 off, the default), joint frames built through jnp
+    lost perpendicularity (xᵀz = 3e-8 on the arm) and the 1e-9 frame check refused the file.
+    A fresh interpreter without x64 loads the arm and the humanoid in float32."""
+    code = (
+        "import warnings; warnings.simplefilter('ignore'); import rbjax\n"
+        "for f in ('arm7.xml', 'humanoid.xml'):\n"
+        f"    m = rbjax.load(r'{MODELS}/' + f)\n"
+        "    print(f, m.model.mass.dtype, m.state.q.dtype)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == [
+        "arm7.xml",
+        "float32",
+        "float32",
+        "humanoid.xml",
+        "float32",
+        "float32",
+    ]
