@@ -4,7 +4,9 @@ Crank a = 0.2 m, coupler b = 0.6 m, rocker c = 0.5 m, ground link d = 0.55 m: s 
 p + q = 1.05 with the crank the shortest link, so by Grashof's criterion the crank turns fully
 while the rocker swings. The linkage stands in the vertical xy-plane (g = 9.81 m/s² along −y)
 and the crank starts at θ₀ = 0.4 rad turning at 12 rad/s (the other links with the consistent
-rates of the velocity loop closure), fast enough to carry it over the top. Checked:
+rates of the velocity loop closure), fast enough to carry it over the top. The two joint sets
+below are the model files examples/models/four_bar_rrrr.toml and four_bar_rsur.toml (rbjax.load).
+Checked:
 
 1. Mobility. With four revolute joints (4 × 5 = 20 equations on 3 bodies × 6 = 18 velocities)
    the spatial count says −2 degrees of freedom, yet the loop moves: 3 equations are dependent
@@ -31,6 +33,7 @@ import os
 import sys
 import time
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -47,6 +50,9 @@ TH0 = 0.4  # initial crank angle [rad]
 OMEGA0 = 12.0  # initial crank rate [rad/s]
 G = 9.81
 DT = 5e-4
+HERE = os.path.dirname(os.path.abspath(__file__))
+FILE_RRRR = os.path.join(HERE, "models", "four_bar_rrrr.toml")  # four hinges, UdwadiaSchutte
+FILE_RSUR = os.path.join(HERE, "models", "four_bar_rsur.toml")  # hinge, ball, Cardan, hinge
 
 
 def loop_closure(th):
@@ -61,76 +67,15 @@ def loop_closure(th):
     return psi, np.arctan2(by - ay, bx - ax)
 
 
-def quat_z(angle):
-    return np.array([np.cos(angle / 2), 0.0, 0.0, np.sin(angle / 2)])
-
-
 def linkage():
-    """Bodies, the initial state, and the two joint sets R-R-R-R and R-S-U-R."""
-    a, c, d = A_CRANK, C_ROCKER, D_GROUND
-    psi0, gam0 = loop_closure(TH0)
-    pa = np.array([a * np.cos(TH0), a * np.sin(TH0), 0.0])
-    pb = np.array([d + c * np.cos(psi0), c * np.sin(psi0), 0.0])
-    pd = np.array([d, 0.0, 0.0])
-    q0 = np.stack(
-        [
-            np.r_[pa / 2, quat_z(TH0)],  # each link along its body x
-            np.r_[(pa + pb) / 2, quat_z(gam0)],
-            np.r_[(pd + pb) / 2, quat_z(psi0)],
-        ]
-    )
-
-    def rod(m, length, name):
-        ic = m * length**2 / 12
-        return rbjax.Body(m, np.diag([0.01 * ic, ic, ic]), name=name)
-
-    bodies = [
-        rod(1.0, A_CRANK, "crank"),
-        rod(2.0, B_COUPLER, "coupler"),
-        rod(3.0, C_ROCKER, "rocker"),
-    ]
-    z = [0.0, 0.0, 1.0]
-    r_ground_crank = rbjax.Revolute.at(
-        q0, rbjax.GROUND, 0, point=[0, 0, 0], axis=z, name="R ground-crank"
-    )
-    r_rocker_ground = rbjax.Revolute.at(
-        q0, 2, rbjax.GROUND, point=pd, axis=z, name="R rocker-ground"
-    )
-    rrrr = [
-        r_ground_crank,
-        rbjax.Revolute.at(q0, 0, 1, point=pa, axis=z, name="R crank-coupler"),
-        rbjax.Revolute.at(q0, 1, 2, point=pb, axis=z, name="R coupler-rocker"),
-        r_rocker_ground,
-    ]
-    # universal joint: one pin along world z on the coupler, the other along the rocker (body x)
-    ref = rbjax.Universal.at(q0, 1, 2, point=pb, axis=z)
-    rsur = [
-        r_ground_crank,
-        rbjax.Spherical.at(q0, 0, 1, point=pa, name="S crank-coupler"),
-        rbjax.Universal(
-            1,
-            2,
-            s_i=ref.s_i,
-            s_j=ref.s_j,
-            z_i=np.asarray(ref.z_i),
-            z_j=[1, 0, 0],
-            name="U coupler-rocker",
-        ),
-        r_rocker_ground,
-    ]
-    # velocities: crank rate θ̇ = OMEGA0; γ̇, ψ̇ from v_A + γ̇ e_z × (B − A) = ψ̇ e_z × (B − D)
-    perp = lambda v: np.array([-v[1], v[0], 0.0])  # noqa: E731  e_z × v
-    va = OMEGA0 * perp(pa)
-    lhs = np.stack([perp(pb - pa)[:2], -perp(pb - pd)[:2]], axis=1)
-    gam_dot, psi_dot = np.linalg.solve(lhs, -va[:2])
-    vb = psi_dot * perp(pb - pd)
-    state0 = rbjax.make_state(
-        position=q0[:, :3],
-        quaternion=q0[:, 3:],
-        velocity=np.stack([va / 2, (va + vb) / 2, vb / 2]),
-        omega_body=np.array([[0, 0, OMEGA0], [0, 0, gam_dot], [0, 0, psi_dot]]),
-    )
-    return bodies, state0, rrrr, rsur
+    """The R-R-R-R model (UdwadiaSchutte) and the R-S-U-R model (ScalableDAE) of the model
+    files, and their common initial state; checked against this script's link lengths."""
+    rrrr, rsur = rbjax.load(FILE_RRRR), rbjax.load(FILE_RSUR)
+    q = np.asarray(rsur.state.q)
+    assert np.allclose(np.asarray(rrrr.state.q), q), "the two files start alike"
+    pa = np.array([A_CRANK * np.cos(TH0), A_CRANK * np.sin(TH0), 0.0])
+    assert np.allclose(2 * q[0, :3], pa), "file ≠ reference: crank"
+    return rrrr.model, rsur.model, rsur.state
 
 
 def planar_angles(q):
@@ -152,13 +97,12 @@ def main(argv=None):
         f"{lengths[0] + lengths[3]:.2f} ≤ p + q = {lengths[1] + lengths[2]:.2f}, shortest link = "
         "crank → crank-rocker"
     )
-    bodies, st0, rrrr, rsur = linkage()
-    gravity = [0.0, -G, 0.0]
+    m_uk, m_min, st0 = linkage()
     checks = Checks()
 
-    # --- 1. mobility
-    m_red = rbjax.Model(bodies, joints=rrrr, gravity=gravity)
-    m_min = rbjax.Model(bodies, joints=rsur, gravity=gravity)
+    # --- 1. mobility (the R-R-R-R file under the default formulation, which needs independent
+    # equations; loading such a file with formulation = "ScalableDAE" refuses it the same way)
+    m_red = eqx.tree_at(lambda m: m.formulation, m_uk, rbjax.ScalableDAE())
     mob_red, mob_min = rbjax.mobility(m_red, st0), rbjax.mobility(m_min, st0)
     print(
         f"\n1. mobility\n  R-R-R-R: {mob_red.rows} equations, rank {mob_red.rank}, DOF = {mob_red.dof};"
@@ -175,7 +119,7 @@ def main(argv=None):
     mobility_ok = (
         (mob_red.rows, mob_red.rank, mob_red.dof) == (20, 17, 1)
         and len(mob_red.redundant) >= 2
-        and set(mob_red.redundant) <= {j.name for j in rrrr}
+        and set(mob_red.redundant) <= set(m_red.joint_names)
         and (mob_min.rows, mob_min.rank, mob_min.dof, mob_min.redundant) == (17, 17, 1, ())
         and all(name in refused for name in mob_red.redundant)
     )
@@ -189,7 +133,6 @@ def main(argv=None):
     )
 
     # --- 2. Udwadia–Kalaba on the redundant loop against the minimal model
-    m_uk = rbjax.Model(bodies, joints=rrrr, gravity=gravity, formulation=rbjax.UdwadiaSchutte())
     print("\n2. the redundant model under Udwadia–Kalaba vs the minimal model")
     runs = {}
     for name, mdl in (("R-S-U-R, ScalableDAE", m_min), ("R-R-R-R, UdwadiaSchutte", m_uk)):
