@@ -76,9 +76,10 @@ def _moved(first, last):
 def test_gif_of_an_mjcf_run(runs, capsys):
     out = runs["dir"] / "dp.gif"
     assert main(["animate", runs["xml"], runs["run"], "--out", str(out), *SMALL]) == 0
-    assert "11 frames" in capsys.readouterr().out
+    # states saved every 20 ms drawn in real time at 30 fps: every 2nd, saved states 0, 2, ..., 10
+    assert "6 frames at 30 fps (--every 2 of 11" in capsys.readouterr().out
     frames = _frames(out)
-    assert len(frames) == 11 and _moved(frames[0], frames[-1])
+    assert len(frames) == 6 and _moved(frames[0], frames[-1])
 
 
 def test_gif_of_a_model_file_run_with_every_and_a_batch_sample(runs, monkeypatch):
@@ -213,3 +214,12 @@ def test_inertia_box_has_the_mass_and_inertia_it_stands_for():
     for moments in ([0.0, 0.0, 0.0], [0.0, 1.0, 1.0], [1.0, 1.0, 2.0]):
         sides = np.ptp(animate.inertia_box(1.0, np.diag(moments)).reshape(-1, 3), axis=0)
         assert sides.min() > 0 and np.isfinite(sides).all()
+
+
+def test_default_stride_plays_in_real_time():
+    """One frame per 1/fps s of simulated time (states saved every 3 ms, 30 fps: every 11th),
+    coarser when that would exceed MAX_FRAMES frames."""
+    assert animate._real_time(np.arange(1001) * 0.003, 30.0) == 11
+    assert animate._real_time(np.arange(11) * 0.1, 30.0) == 1  # saves sparser than frames
+    long = np.arange(100_001) * 0.003  # 300 s: 9000 real-time frames, capped
+    assert animate._real_time(long, 30.0) == int(np.ceil(len(long) / animate.MAX_FRAMES))

@@ -68,7 +68,7 @@ def add_parser(sub):
         type=int,
         default=None,
         metavar="K",
-        help=f"draw every K-th saved state (default: at most {MAX_FRAMES} frames)",
+        help=f"draw every K-th saved state (default: real time at --fps, at most {MAX_FRAMES} frames)",
     )
     p.add_argument(
         "--sample", type=int, default=0, metavar="I", help="which sample of a batch run (default 0)"
@@ -334,6 +334,14 @@ def trajectory(run: runfile.Run, model, path: str, model_path: str, sample: int)
     return t, q
 
 
+def _real_time(t, fps: float) -> int:
+    """The stride of saved states that plays the motion in real time at ``fps`` (one frame per
+    1/fps s of simulated time), coarser if that would exceed MAX_FRAMES frames."""
+    step = float(t[1] - t[0]) if len(t) > 1 else 1.0
+    real = max(1, round(1.0 / (fps * step))) if step > 0 else 1
+    return max(real, math.ceil(len(t) / MAX_FRAMES))
+
+
 def run(args) -> int:
     """Check the options, load the model and the run, draw every ``--every``-th saved state."""
     plt = pyplot()
@@ -358,7 +366,7 @@ def run(args) -> int:
     loaded = load_model(args.model)
     saved = runfile.read(args.run_file)
     t, q = trajectory(saved, loaded.model, args.run_file, args.model, args.sample)
-    every = args.every or max(1, math.ceil(len(t) / MAX_FRAMES))
+    every = args.every or _real_time(t, args.fps)
     frames = np.arange(0, len(t), every)
     scene = build_scene(loaded)
     fig, draw = figure(plt, scene, q[frames], t[frames], view, size, args.dpi)
