@@ -286,7 +286,7 @@ def _as_trajectory(model, state, multipliers) -> Trajectory:
     if multipliers:
         lam = jnp.zeros(lead + (1, model.nb + sum(model.joint_rows)), state.q.dtype)
     return Trajectory(
-        t=one(jnp.broadcast_to(state.t, lead)),
+        t=one(jnp.broadcast_to(jnp.asarray(state.t, state.q.dtype), lead)),  # strong: no recompile
         q=one(state.q),
         u=one(state.u),
         lam=lam,
