@@ -39,13 +39,15 @@ C_TRUE = 0.05  # N m s/rad
 T_END, NOISE, DT = 3.0, 0.05, 0.01
 
 
-def damped_model(c):
+def damped_model():
+    """The rod of examples/pendulum.py (its model file) with a rotational damper at the hinge;
+    built once, outside any trace (``build`` only sets the damping leaf)."""
     base = pendulum_model()
     q0 = np.array([[D, 0, 0, 1, 0, 0, 0.0]])
     damper = rbjax.RotationalSpringDamper.at(
         q0, rbjax.GROUND, 0, axis=[0, 1, 0], ref=[1, 0, 0], stiffness=0.0, damping=1.0
     )
-    model = rbjax.Model(
+    return rbjax.Model(
         rbjax.Body(base.mass[0], base.inertia[0], name="rod"),
         joints=[
             rbjax.Revolute.at(q0, rbjax.GROUND, 0, point=[0, 0, 0], axis=[0, 1, 0], name="pivot")
@@ -53,12 +55,15 @@ def damped_model(c):
         forces=[damper],
         gravity=base.gravity,
     )
-    return eqx.tree_at(lambda m: m.forces[0].damping, model, jnp.asarray(c, jnp.float64))
+
+
+DAMPED = damped_model()
 
 
 def build(params):
     state = pendulum_states(np.deg2rad(60.0), 0.0)
-    return damped_model(params["damping"].value), state
+    c = jnp.asarray(params["damping"].value, jnp.float64)
+    return eqx.tree_at(lambda m: m.forces[0].damping, DAMPED, c), state
 
 
 def main(argv=None):

@@ -21,6 +21,7 @@ from rbjax._cli import main, runfile, simulate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 L, THETA0 = 0.5, 0.7  # pivot-to-COM length [m], initial angle [rad]
+BATCH = ["--batch", "5", "--seed", "3", "--perturb", "qpos=0.1", "--perturb", "mass=0.2"]
 
 
 def pendulum(path, *, spring=None, formulation=None):
@@ -79,14 +80,7 @@ def files(tmp_path_factory):
                 str(d / "pendulum.toml"),
                 "--t",
                 "0.1",
-                "--batch",
-                "5",
-                "--seed",
-                "3",
-                "--perturb",
-                "qpos=0.1",
-                "--perturb",
-                "mass=0.2",
+                *BATCH,
                 "--out",
                 str(d / "batch.npz"),
                 "--csv",
@@ -175,14 +169,7 @@ def test_batch_records_its_perturbations(files):
                 str(d / "pendulum.toml"),
                 "--t",
                 "0.01",
-                "--batch",
-                "5",
-                "--seed",
-                "3",
-                "--perturb",
-                "qpos=0.1",
-                "--perturb",
-                "mass=0.2",
+                *BATCH,
                 "--out",
                 str(d / "again.npz"),
                 "--no-progress",

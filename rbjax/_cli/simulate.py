@@ -166,7 +166,7 @@ def _initial(loaded, args, perturb):
     n = args.batch
     keys = jax.random.split(jax.random.key(args.seed), 3)
     record = {}
-    js = quantities.joint_space(model)
+    js = quantities.joint_space(model) if {"qpos", "qvel"} & set(perturb) else None
     if js is None and ({"qpos", "qvel"} & set(perturb)):
         raise CliError(
             "--perturb qpos/qvel needs joint coordinates, which are not defined for scalable "
@@ -188,7 +188,7 @@ def _initial(loaded, args, perturb):
         if js.loops:
             state = _assemble(model, state)
         record |= {f"perturb_{k}": d for k, d in (("qpos", d_pos), ("qvel", d_vel)) if k in perturb}
-    else:
+    else:  # the file's state, once per sample
         state = jax.tree.map(lambda x: jnp.broadcast_to(x, (n,) + x.shape), state)
     if "mass" in perturb:
         f = jnp.exp(perturb["mass"] * jax.random.normal(keys[2], (n, model.nb), model.mass.dtype))
