@@ -54,12 +54,14 @@ DT_DRIFT = 1e-2  # the coarse step of the drift table [s]
 
 def model(baumgarte):
     """The two rods of examples/models/double_pendulum_rods.toml (rbjax.load), with Baumgarte
-    stabilisation (α, β) [1/s] set on the loaded model; and the file's initial state."""
+    stabilisation (α, β) [1/s] set on the loaded model (None: as in the file, without); and
+    the file's initial state."""
     loaded = rbjax.load(MODEL_FILE)
     m = loaded.model
     assert np.allclose(m.mass, MASS) and np.allclose(m.inertia, ROD_INERTIA), "file ≠ reference"
-    pair = (jnp.asarray(baumgarte[0], m.mass.dtype), jnp.asarray(baumgarte[1], m.mass.dtype))
-    m = eqx.tree_at(lambda x: x.baumgarte, m, pair, is_leaf=lambda x: x is None)
+    if baumgarte is not None:
+        pair = (jnp.asarray(baumgarte[0], m.mass.dtype), jnp.asarray(baumgarte[1], m.mass.dtype))
+        m = eqx.tree_at(lambda x: x.baumgarte, m, pair, is_leaf=lambda x: x is None)
     return m, loaded.state
 
 

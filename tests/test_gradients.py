@@ -222,8 +222,10 @@ def _double_pendulum_loss(integrator):
     The joint-frame points are the leaves ``s_i``/``s_j`` of the two ``Revolute`` joints. The
     initial state (at rest) is built from them so that it stays consistent: rod 1 hangs from
     the moved pivot, rod 2 from the moved elbow point."""
-    base = DP.model()
-    quat = jnp.asarray(DP.initial_state(1.2, 0.7).q[:, 3:7])
+    base, _ = DP.model(baumgarte=None)
+    # the rods at angles θ from the downward vertical: body x = world x turned about y by π/2 − θ
+    half = (np.pi / 2 - np.array([1.2, 0.7])) / 2
+    quat = jnp.asarray(np.stack([np.cos(half), 0 * half, np.sin(half), 0 * half], axis=-1))
     pivot, elbow = base.joints
     rot = rbjax.quaternion.rotate
 
@@ -295,10 +297,7 @@ def _slider_crank_loss():
     (weighted final state, crank angle turned). The crank torque is the example's constant
     ``BodyTorque`` (its dynamics run); the state is the example's at θ0 with velocities
     rate · (closed-form velocities of a unit crank rate)."""
-    bodies, joints, _, st0 = SC.mechanism()
-    base = rbjax.Model(
-        bodies, joints=joints, gravity=SC.GRAVITY, forces=[rbjax.BodyTorque(0, [0, 0, SC.TORQUE])]
-    )
+    _, base, _, st0 = SC.mechanism()  # without the motor, under the constant crank torque, at rest
     unit = _slider_crank_velocity(SC.TH0)
     w = rbjax.advanced.jacobian_matrix(base, st0)  # velocity equations W u = 0 (scleronomic)
     resid = w @ np.concatenate([unit[:, [0, 1, 2, 4, 5, 6]]], axis=None).reshape(-1)
