@@ -332,6 +332,7 @@ def inputs(tmp_path_factory):
         (["simulate", "{m}", "--out", "{d}/no/such/run.npz"], "does not exist. Fix: create it"),
         (["simulate", "{m}", "--csv", "{d}/run.tsv"], "does not end in .csv"),
         (["simulate", "{m}", "--ctrl", "1,x"], "not a comma-separated list"),
+        (["simulate", "{m}", "--ctrl", "1"], "control apply to MJCF/URDF files"),
         (["plot", "{d}/none.npz"], "does not exist"),
         (["plot", "{d}/model.txt"], "not a readable .npz"),
         (["plot", "{d}/foreign.npz"], "format '(none)'"),

@@ -181,3 +181,11 @@ def test_baumgarte_round_trip(tmp_path):
         return float(np.max(np.abs(np.asarray(res))))
 
     assert drift(again.model) < 0.2 * drift(plain.model)  # measured 6.8e-7 against 6.0e-6
+
+
+@pytest.mark.parametrize("option", [{"control": [1.0]}, {"qpos": [0.1]}, {"dtype": np.float32}])
+def test_mjcf_options_are_refused_for_a_model_file(option):
+    """A model file carries its own state and controls: options meant for MJCF/URDF must not
+    be silently ignored."""
+    with pytest.raises(ValueError, match="apply to MJCF/URDF files"):
+        rbjax.load(MODELS / "pendulum_driven.toml", **option)

@@ -14,9 +14,10 @@ class CliError(Exception):
     """An input error the user can fix: printed as one line, exit code 2."""
 
 
-def load_model(path: str, *, unsupported: str = "warn"):
+def load_model(path: str, *, control=None):
     """:func:`rbjax.load` with the command line's messages: a missing file or extension, or a
-    missing ``mujoco`` package, is a CliError naming the fix."""
+    missing ``mujoco`` package, is a CliError naming the fix. ``control``: constant actuator
+    controls of an MJCF/URDF model (a model file refuses them: its controls are in the file)."""
     from .._io.load import load
 
     if not os.path.exists(path):
@@ -32,7 +33,7 @@ def load_model(path: str, *, unsupported: str = "warn"):
                 f"MODEL {path!r} is MJCF/URDF, which rbjax reads through MuJoCo's compiler, and "
                 "the mujoco package is not installed. Fix: pip install 'rbjax[mujoco]'."
             ) from exc
-    return load(path, unsupported=unsupported)
+    return load(path) if control is None else load(path, control=control)
 
 
 def projected_rk4() -> Projected:

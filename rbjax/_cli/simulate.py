@@ -135,7 +135,7 @@ def _segments(n_saves: int) -> int:
     return min(divisors, key=lambda d: abs(d - 20))
 
 
-def _controls(text, loaded_path):
+def _controls(text):
     if text is None:
         return None
     try:
@@ -332,8 +332,8 @@ def run(args) -> int:
         if not args.csv.lower().endswith(".csv"):
             raise CliError(f"--csv {args.csv!r} does not end in .csv. Fix: e.g. --csv run.csv.")
         output_path(args.csv, (".csv",), "table")
-    control = _controls(args.ctrl, args.model)
-    loaded = load_model(args.model) if control is None else _load_with(args.model, control)
+    control = _controls(args.ctrl)
+    loaded = load_model(args.model, control=control)
     dt = args.dt if args.dt is not None else (loaded.timestep or 1e-3)
     n_steps, save_every = _steps(args.t, dt, args.save_every)
     model, state, record = _initial(loaded, args, perturb)
@@ -379,13 +379,6 @@ def run(args) -> int:
     if args.csv is not None:
         runfile.write_csv(args.csv, runfile.read(args.out))
     return _report(args, model, arrays, meta, result, failed)
-
-
-def _load_with(path, control):
-    from .._io.load import load
-
-    load_model(path)  # the command line's checks of the path and the mujoco extra
-    return load(path, control=control)
 
 
 def _derived(model, arrays, batched):

@@ -53,7 +53,10 @@ def load(
     (``"error"``). ``formulation``: default :class:`rbjax.ScalableDAE`, or
     :class:`rbjax.UdwadiaSchutte` when loop closures make the joint equations redundant (a
     planar loop closed by a connect); the initial state is assembled onto the loop closures if
-    it violates them (with a warning saying by how much). Returns a :class:`Loaded` (model, state, timestep, source).
+    it violates them (with a warning saying by how much). These options apply to MJCF/URDF
+    files only: a model file carries its own state, formulation and controls, and giving them
+    for a ``.toml`` is a ValueError rather than silently ignored. Returns a :class:`Loaded`
+    (model, state, timestep, source).
     """
     path = os.fspath(path)
     ext = os.path.splitext(path)[1].lower()
@@ -74,6 +77,18 @@ def load(
         return Loaded(model, state, timestep, source)
     if ext == ".toml":
         from .modelfile import read
+
+        given = [
+            k for k, v in (("qpos", qpos), ("qvel", qvel), ("control", control)) if v is not None
+        ]
+        given += [k for k, v in (("formulation", formulation), ("dtype", dtype)) if v is not None]
+        if given or unsupported != "warn":
+            raise ValueError(
+                f"load: {', '.join(given) or 'unsupported'} apply to MJCF/URDF files; a model "
+                f"file ({path!r}) carries its own initial state, formulation and actuator "
+                "controls. Fix: write them in the file, or change the loaded model and state "
+                "(equinox.tree_at)."
+            )
 
         model, state, timestep = read(path)
         return Loaded(model, state, timestep, None)
