@@ -62,6 +62,7 @@ from ._identify import (
     Measurements as Measurements,
     Orientation as Orientation,
     Position as Position,
+    Quantities as Quantities,
     ReactionForce as ReactionForce,
     Shooting as Shooting,
     Velocity as Velocity,

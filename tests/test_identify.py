@@ -110,7 +110,7 @@ def _errors(res):
 @pytest.fixture(scope="module")
 def spin_fit():
     """The single-shooting L-BFGS fit of noise-free data, shared by several tests."""
-    return rbjax.identify(_spinner, GUESS, _spin_data(), dt=0.01, free=FREE)
+    return rbjax.identify(_spinner, GUESS, _spin_data(), dt=0.01, free=FREE, solver=rbjax.LBFGS())
 
 
 def test_irregular_sample_times_are_hit_exactly():

@@ -95,10 +95,15 @@ Uncertainty and identifiability
 At the estimate, the Gauss–Newton matrix H = JᵀJ of the whitened residuals is the Fisher
 information, and its inverse the (asymptotic) covariance of the estimate (e.g. Bard,
 "Nonlinear Parameter Estimation", 1974, ch. 7; Ljung, "System Identification", 1999, §9.3).
-Identifiability is judged on the column-scaled matrix Ĥ = D H D, D = diag(1/‖J_i‖) (unit
-diagonal: free of parameter units): eigenvalues below ``rtol_identifiable`` × the largest are
-null directions (the data cannot determine the parameters along them). Each is reported BY
-NAME, in the raw parameter coordinates (D v, unit length, reduced row-echelon form when there
+Identifiability is judged on the column-scaled Jacobian J D, D = diag(1/‖J_i‖) (free of
+parameter units), by its singular values: those below ``rtol_identifiable`` × the largest
+(default 1e-10 in float64: the accuracy of an autodiff Jacobian, not a statistical judgement;
+a satellite whose inertia scale is seen only through a small torque has a ratio of 2e-5 and
+a standard error of 20 %, which is reported as such, while torque-free it is 3e-16) are null
+directions (the data cannot determine the parameters along them); a column whose parameter
+moves the residuals by less than their rounding error over a change of max(|θ_i|, 1) is null
+before any scaling. Each null direction is reported BY NAME, in the raw parameter
+coordinates (D v, unit length, reduced row-echelon form when there
 are several, so each names few parameters), e.g. "+0.577·['I'].raw[0] +0.577·['I'].raw[1]
 +0.577·['I'].raw[2]" for the scale of an inertia under torque-free motion. The covariance is
 the pseudo-inverse of H on the identifiable subspace; parameters that take part in a null
@@ -123,6 +128,7 @@ from .observations import (
     Velocity as Velocity,
 )
 from .problem import residuals as residuals
+from .quantities import Estimate as Estimate, Quantities as Quantities
 from .result import IdentificationResult as IdentificationResult
 from .shooting import Shooting as Shooting
 from .solvers import (

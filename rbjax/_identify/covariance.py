@@ -4,6 +4,8 @@ determine, named in the raw parameter coordinates."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 
@@ -50,28 +52,63 @@ def eliminate_segments(jac: np.ndarray, n_data: int, p_phys: int) -> np.ndarray:
     return jd[:, :p_phys] + jd[:, p_phys:] @ ds
 
 
-def covariance(jac: np.ndarray, rtol: float, names: list[str]):
-    """Gauss–Newton covariance (pseudo-inverse on the identifiable subspace) and the named
-    null directions of the column-scaled JᵀJ (module docstring)."""
+class Uncertainty(NamedTuple):
+    """The Gauss–Newton uncertainty at the estimate: ``covariance`` (p, p) with NaN rows and
+    columns and ``inf`` variances for parameters in a null direction; ``pinv`` the
+    pseudo-inverse of JᵀJ on the identifiable subspace (no NaN: the covariance of every
+    function of the parameters that does not change along a null direction, used by the
+    delta method); ``null`` (p, k) the null directions in the raw coordinates (unit
+    columns); ``scale`` (p,) the column scaling 1/‖J_i‖ (1 for dead columns): the change of
+    parameter i that moves the whitened residuals by one unit; ``described`` one readable
+    line per null direction."""
+
+    covariance: np.ndarray
+    pinv: np.ndarray
+    null: np.ndarray
+    scale: np.ndarray
+    described: tuple[str, ...]
+
+
+def covariance(jac: np.ndarray, rtol: float, names: list[str], flat, rounding) -> Uncertainty:
+    """Gauss–Newton covariance and the named null directions (module docstring of the
+    package). From the singular value decomposition of the column-scaled Jacobian
+    J S = U Σ Vᵀ, S = diag(1/‖J_i‖) (free of parameter units; an SVD, not an eigen-
+    decomposition of JᵀJ, whose squaring would lose half the digits): directions with
+    Σ_k ≤ ``rtol`` Σ_max are null (the data cannot determine them: rank deficiency up to the
+    accuracy of J), and (JᵀJ)⁺ = S V Σ⁻² Vᵀ S over the others.
+
+    A column at rounding level is dead before any scaling: when changing parameter i by
+    max(|θ_i|, 1) moves the residuals by less than their rounding error ρ (‖J_i‖ max(|θ_i|,
+    1) ≤ ‖ρ‖), no measured quantity depends on it; scaling such a column to unit length would
+    make rounding noise look like information (standard errors of 1e27 reported as
+    determined)."""
     p = jac.shape[1]
     with np.errstate(over="ignore", invalid="ignore"):
-        h = jac.T @ jac
-    col = np.sqrt(np.maximum(np.diag(h), 0.0))
-    dead = ~(col > 1e-300 * max(float(np.max(col, initial=0.0)), 1e-300)) | ~np.isfinite(col)
+        col = np.linalg.norm(jac, axis=0)
+    typical = np.maximum(np.abs(np.asarray(flat, dtype=np.float64)), 1.0)
+    noise = float(np.linalg.norm(rounding))
+    dead = ~(col * typical > noise) | ~(col > 1e-300 * max(float(np.max(col, initial=0.0)), 1e-300))
+    dead |= ~np.isfinite(col)
     scale = np.where(dead, 1.0, 1.0 / np.where(dead, 1.0, col))
-    hs = np.where(dead[:, None] | dead[None, :], 0.0, scale[:, None] * h * scale[None, :])
-    if not np.all(np.isfinite(hs)):
+    js = np.where(dead[None, :], 0.0, jac * scale[None, :])
+    if not np.all(np.isfinite(js)):
         cov = np.full((p, p), np.nan)
         np.fill_diagonal(cov, np.inf)
-        return cov, ("the Jacobian at the estimate is not finite",)
-    w, v = np.linalg.eigh(hs)
-    top = float(np.max(w, initial=0.0))
-    null = ~(w > rtol * top) if top > 0 else np.ones(p, dtype=bool)
+        why = ("the Jacobian at the estimate is not finite",)
+        return Uncertainty(cov, cov.copy(), np.eye(p), np.ones(p), why)
+    _, sv, vt = np.linalg.svd(js, full_matrices=False)
+    v = vt.T
+    if v.shape[1] < p:  # fewer residuals than parameters: complete the basis
+        v = np.linalg.svd(np.concatenate([vt, np.zeros((p - vt.shape[0], p))]))[2].T
+        sv = np.concatenate([sv, np.zeros(p - sv.size)])
+    top = float(np.max(sv, initial=0.0))
+    null = ~(sv > rtol * top) if top > 0 else np.ones(p, dtype=bool)
     vi = v[:, ~null]
-    cov = (scale[:, None] * vi) @ ((vi / w[~null]).T * scale[None, :])
+    pinv = (scale[:, None] * vi) @ ((vi / sv[~null] ** 2).T * scale[None, :])
     vn = v[:, null]
     involved = np.sum(vn**2, axis=1) >= 1e-4
     described = []
+    raw = np.zeros((p, 0))
     if vn.shape[1]:
         raw = (scale[:, None] * vn).T  # directions in the raw parameter coordinates
         raw = raw / np.linalg.norm(raw, axis=1, keepdims=True)
@@ -84,7 +121,9 @@ def covariance(jac: np.ndarray, rtol: float, names: list[str]):
                 described.append(f"{names[nz[0]]} (no measured quantity depends on it)")
             else:
                 described.append(_describe(d, names))
+        raw = raw.T
+    cov = pinv.copy()
     cov[involved, :] = np.nan
     cov[:, involved] = np.nan
     cov[involved, involved] = np.inf
-    return cov, tuple(described)
+    return Uncertainty(cov, pinv, raw, scale, tuple(described))

@@ -3,6 +3,7 @@ method is described in the package docstring, rbjax/_identify/__init__.py)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -29,6 +30,7 @@ from .problem import (
     rounding,
     setup,
 )
+from .quantities import hints
 from .result import IdentificationResult
 from .shooting import (
     Shooting,
@@ -37,9 +39,20 @@ from .shooting import (
     segment_states,
     set_segment_starts,
 )
-from .solvers import LBFGS, AbstractSolver, Criteria, Iterate, Objective, Run, as_solver
+from .solvers import (
+    AbstractSolver,
+    Check,
+    Criteria,
+    Iterate,
+    LevenbergMarquardt,
+    Objective,
+    Run,
+    as_solver,
+    gauss_newton_check,
+    gradient_test,
+)
 
-_DEFAULT_SOLVER = LBFGS()
+_DEFAULT_SOLVER = LevenbergMarquardt()
 
 
 @validates_inputs
@@ -55,8 +68,9 @@ def identify(
     shooting: Shooting | None = None,
     max_steps: int = 200,
     tol: float = 1e-10,
+    xtol: float = 1e-8,
     gtol: float = 1e-10,
-    rtol_identifiable: float = 1e-8,
+    rtol_identifiable: float | None = None,
     autodiff: Literal["auto", "forward", "reverse"] = "auto",
 ) -> IdentificationResult:
     """Fit the free leaves of ``params0`` (and, with ``shooting``, the states at the starts of
@@ -67,12 +81,18 @@ def identify(
     ``build(params) -> (model, state0)`` must be a pure JAX function of the parameters (it is
     traced). ``dt``: largest integration step [s]. ``free``: the fitted leaves (a pytree filter,
     as ``equinox.partition``'s ``filter_spec``; default every floating-point array leaf).
-    ``solver``: :class:`rbjax.LBFGS` (default), :class:`rbjax.LevenbergMarquardt` or any
-    ``optax.GradientTransformation`` (e.g. ``optax.adam(1e-2)``). ``shooting``:
-    :class:`rbjax.Shooting` for multiple shooting, None for single shooting. ``max_steps``:
-    optimiser steps (0 = only evaluate at ``params0``). ``tol``: relative loss decrease below
-    which the optimiser stops; ``gtol``: the gradient test (solvers.py). ``rtol_identifiable``:
-    eigenvalue threshold of the scaled Gauss–Newton matrix. ``autodiff``: ``"forward"``
+    ``solver``: :class:`rbjax.LevenbergMarquardt` (default: every fit here is a least-squares
+    problem), :class:`rbjax.LBFGS` or any ``optax.GradientTransformation`` (e.g.
+    ``optax.adam(1e-2)``). ``shooting``: :class:`rbjax.Shooting` for multiple shooting, None
+    for single shooting. ``max_steps``: optimiser steps (0 = only evaluate at ``params0``).
+    Stopping rules (rbjax/_identify/solvers.py): ``tol`` relative loss decrease and ``xtol``
+    relative step, which stop the optimiser only together; ``gtol`` the scale-free gradient
+    test. Whatever stopped it, Gauss–Newton steps from the end point then check it
+    (``converged`` only if they cannot lower the loss by more than ½ (0.01)² max(χ²_red, 1):
+    the estimate is within 0.01 standard errors of a minimum; a failed check warns).
+    ``rtol_identifiable``: singular values of the column-scaled Jacobian below this fraction
+    of the largest are null directions (default: the accuracy of an autodiff Jacobian,
+    max(1e-10, 1000 ε): 1e-10 in float64, 1.2e-4 in float32). ``autodiff``: ``"forward"``
     (residual Jacobian by ``jacfwd`` at every evaluation), ``"reverse"`` (gradients by reverse
     mode) or ``"auto"`` (forward up to 64 free scalars; LevenbergMarquardt always forward).
     """
@@ -81,10 +101,13 @@ def identify(
         max_steps = -1
     if max_steps < 0:
         fail("identify(max_steps)", max_steps, "is not an integer >= 0", "pass e.g. 200")
-    for name, val in (("tol", tol), ("gtol", gtol), ("rtol_identifiable", rtol_identifiable)):
+    checked = [("tol", tol), ("xtol", xtol), ("gtol", gtol)]
+    if rtol_identifiable is not None:
+        checked.append(("rtol_identifiable", rtol_identifiable))
+    for name, val in checked:
         if not (np.ndim(val) == 0 and np.isfinite(val) and val >= 0):
             fail(f"identify({name})", val, "is not a finite number >= 0", "pass e.g. 1e-10")
-    problem, dyn0, _, model0, state0, _ = setup(
+    problem, dyn0, spec, model0, state0, _ = setup(
         build, params0, data, dt, integrator, free, shooting, "identify"
     )
     if not jax.tree.leaves(dyn0):
@@ -98,6 +121,8 @@ def identify(
     problem, seg0 = _segment_unknowns(problem, model0, state0)
     template = (dyn0, seg0)
     flat0 = np.asarray(ravel_pytree(template)[0])
+    if rtol_identifiable is None:  # the accuracy of an AD Jacobian in this dtype
+        rtol_identifiable = max(1e-10, 1e3 * float(jnp.finfo(state0.q.dtype).eps))
     p_phys = int(ravel_pytree(dyn0)[0].size)
     mode = choose_mode(autodiff, flat0.size)  # validates autodiff for every solver
     if solver.needs_jacobian:
@@ -115,15 +140,72 @@ def identify(
             "build, reduce dt, or split the horizon with shooting=rbjax.Shooting(segments=S)."
         )
     crit = Criteria(
-        float(tol), float(gtol), rounding(problem, start.payload[0].size, state0.q.dtype)
+        float(tol),
+        float(xtol),
+        float(gtol),
+        rounding(problem, start.payload[0].size, state0.q.dtype),
+        _column_scale(start.payload[1], flat0.size),
     )
     objective = Objective(lambda flat: evaluate(flat, problem), problem, template)
     with jax.numpy_dtype_promotion("standard"):  # optax mixes int32/int64 counters
         if max_steps == 0:
-            run = Run(start, [start.f], False, "max_steps = 0: evaluated at params0")
+            run = Run(start, [start.f], False, "max_steps = 0: evaluated at params0", "not run")
         else:
             run = solver.run(objective, start, int(max_steps), crit)
-    return _result(run, problem, template, data, p_phys, float(rtol_identifiable))
+    last = _with_jacobian(run.last, problem, template, mode)
+    chi2 = _reduced_chi2(last.payload[0], data, p_phys)
+    check = None
+    if max_steps > 0:
+        evaluate_j = _host_objective("forward", template) if mode != "forward" else evaluate
+        check = gauss_newton_check(lambda flat: evaluate_j(flat, problem), last, crit, chi2)
+        if run.converged and not check.passed:
+            msg = (
+                f"{run.message}; but Gauss–Newton steps from the end point lower the loss by "
+                f"{check.reduction:.3g} (> {check.tolerance:.3g}, i.e. more than 0.01 standard "
+                "errors from a minimum): the optimiser stopped early"
+            )
+            warnings.warn(
+                f"rbjax.identify: NOT converged: {msg}. Fix: continue from result.params with "
+                "solver=rbjax.LevenbergMarquardt() (the default), or tighten tol and xtol.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            run = run._replace(converged=False, message=msg)
+    run = run._replace(last=last)
+    return _result(run, problem, template, data, p_phys, float(rtol_identifiable), check, spec)
+
+
+def _column_scale(jac, p: int) -> np.ndarray:
+    """D of the relative step test: the Jacobian's column norms at the start (free of
+    parameter units, as MINPACK's diag), 1 where a column vanishes or J is not formed."""
+    if jac is None:
+        return np.ones(p)
+    col = np.linalg.norm(jac, axis=0)
+    ok = np.isfinite(col) & (col > 1e-300)
+    return np.where(ok, col, 1.0)
+
+
+def _with_jacobian(it: Iterate, problem: Problem, template, mode: str) -> Iterate:
+    """The iterate with J = ∂r/∂θ in its payload (reverse mode: formed once, by the
+    cheaper of forward and reverse mode)."""
+    r, jac, aux = it.payload
+    if jac is not None:
+        return it
+    flat = jnp.asarray(it.flat)
+    if it.flat.size <= r.size:
+        jac = np.asarray(eval_forward(problem, template, flat)[1])
+    else:
+        jac = np.asarray(jacobian_reverse(problem, template, flat))
+    return it._replace(payload=(r, jac, aux))
+
+
+def _reduced_chi2(r: np.ndarray, data: Measurements, p_phys: int) -> float:
+    """2 L_data / (N − p): the data rows of r come first (continuity rows after them)."""
+    n_rows = sum(o.values.shape[0] * o.dim for o in data.observations)
+    n_meas = data.count
+    if n_meas <= p_phys:
+        return float("nan")
+    return float(np.sum(r[:n_rows] ** 2)) / (n_meas - p_phys)
 
 
 def _host_objective(mode: str, template):
@@ -192,21 +274,20 @@ def _initial_segments(problem: Problem, evaluate, model0, template, flat0, guess
     return problem, np.asarray(ravel_pytree((dyn, seg))[0])
 
 
-def _result(run: Run, problem: Problem, template, data, p_phys, rtol) -> IdentificationResult:
+def _result(
+    run: Run, problem: Problem, template, data, p_phys, rtol, check: Check | None, spec
+) -> IdentificationResult:
     """Gauss–Newton covariance and identifiability at the estimate, residuals per
     observation, reduced χ² and the segment states."""
     flat, (r, jac, aux) = run.last.flat, run.last.payload
-    if jac is None:  # reverse mode: form J once, by the cheaper mode
-        if flat.size <= r.size:
-            jac = np.asarray(eval_forward(problem, template, jnp.asarray(flat))[1])
-        else:
-            jac = np.asarray(jacobian_reverse(problem, template, jnp.asarray(flat)))
     dyn, seg = ravel_pytree(template)[1](jnp.asarray(flat))
     names = leaf_names(dyn)
     n_data = sum(o.values.shape[0] * o.dim for o in data.observations)
     if problem.n_seg > 1:
         jac = eliminate_segments(jac, n_data, p_phys)
-    cov, described = covariance(jac, rtol, names)
+    rho = rounding(problem, r.size, flat.dtype)[:n_data]
+    unc = covariance(jac, rtol, names, flat[:p_phys], rho)
+    cov, described = unc.covariance, unc.described
     flat_dyn, unravel_dyn = ravel_pytree(dyn)
     std_tree = unravel_dyn(jnp.asarray(np.sqrt(np.diag(cov)), flat_dyn.dtype))
     params = eqx.combine(dyn, problem.fixed)
@@ -217,9 +298,7 @@ def _result(run: Run, problem: Problem, template, data, p_phys, rtol) -> Identif
         b[~np.asarray(o.mask)] = np.nan
         blocks.append(b)
         off += k_ * d_
-    loss_data = 0.5 * float(np.sum(r[:off] ** 2))
-    n_meas = data.count
-    chi2 = 2.0 * loss_data / (n_meas - p_phys) if n_meas > p_phys else float("nan")
+    chi2 = _reduced_chi2(r, data, p_phys)
     seg_states, gaps = None, None
     if problem.n_seg > 1:
         model_hat, _ = problem.build(params)
@@ -242,4 +321,12 @@ def _result(run: Run, problem: Problem, template, data, p_phys, rtol) -> Identif
         names=tuple(names),
         unidentifiable=described,
         message=run.message,
+        criterion=run.criterion,
+        gradient_test=gradient_test(run.last),
+        gauss_newton_decrease=float("nan") if check is None else check.predicted,
+        covariance_identifiable=unc.pinv,
+        null_directions=unc.null,
+        parameter_scale=unc.scale,
+        free=spec,
+        hints=hints(params, spec, unc.null, unc.scale),
     )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
 import numpy as np
 
 from .._state import State
+from .quantities import Quantities, propagate
 
 
 class IdentificationResult(eqx.Module):
@@ -15,8 +17,19 @@ class IdentificationResult(eqx.Module):
 
     * ``params``: the estimate, the full pytree (free leaves fitted, the rest as given).
     * ``loss`` (final L = ½‖r‖², continuity included), ``loss_history`` (np.ndarray: the loss
-      at the initial guess and after every optimiser step), ``steps``, ``converged``,
-      ``message`` (why the optimiser stopped).
+      at the initial guess and after every optimiser step), ``steps``.
+    * ``converged``: True only when a stopping rule that implies a minimum fired
+      (``criterion``: "gradient", "step and reduction" or "precision limit"; the others are
+      "max_steps", "line search", "damping", "not run") AND the Gauss–Newton check passed:
+      from the estimate, Gauss–Newton steps cannot lower the loss by more than
+      ½ (0.01)² max(χ²_red, 1) (the estimate is within 0.01 standard errors of a minimum;
+      rbjax/_identify/solvers.py). ``message`` says why the optimiser stopped and, when the
+      check failed, by how much the loss still fell.
+    * ``gradient_test``: the final scale-free gradient max_i |J_iᵀr| / (‖J_i‖ ‖r‖);
+      ``gauss_newton_decrease``: the loss decrease the Gauss–Newton step predicts at the
+      estimate (√(2 × it) is the estimate's distance from the minimum of the linearised
+      problem in standard errors; NaN with max_steps = 0). A minimum can be a local one:
+      a reduced χ² far above 1 says the model does not fit (the summary says so).
     * ``residuals``: one (K, d) array per observation, whitened ((pred − meas)/σ) at the
       estimate, NaN at masked samples.
     * ``names``: the free scalars, from the pytree paths (``jax.tree_util.keystr``) plus the
@@ -49,6 +62,38 @@ class IdentificationResult(eqx.Module):
     names: tuple[str, ...] = eqx.field(static=True)
     unidentifiable: tuple[str, ...] = eqx.field(static=True)
     message: str = eqx.field(static=True)
+    criterion: str = eqx.field(static=True, default="")
+    gradient_test: float = float("nan")
+    gauss_newton_decrease: float = float("nan")
+    covariance_identifiable: np.ndarray | None = None
+    null_directions: np.ndarray | None = None
+    parameter_scale: np.ndarray | None = None
+    free: Any = None
+    hints: tuple[str, ...] = eqx.field(static=True, default=())
+
+    def quantities(self, fn: Callable | None = None) -> Quantities:
+        """Estimates, standard errors, correlations and confidence intervals in physical
+        units, by the delta method (rbjax/_identify/quantities.py). ``fn=None``: the
+        quantities the parameters stand for: ``rbjax.Positive`` → its value;
+        ``rbjax.PrincipalInertia`` → the inertia matrix entries ``.I_xx`` … ``.I_yz``
+        [kg m²], the principal moments ``.principal_moment[k]`` (ascending) and the rotation
+        vector ``.axes_rotation`` [deg] taking the body axes onto the principal axes;
+        ``rbjax.LogCholeskyInertia`` → ``.mass``, ``.com`` and the same about the centre of
+        mass; any other fitted array → itself. ``fn(params) -> pytree of arrays``: any smooth
+        function of the full parameter pytree (e.g. a moment ratio, a natural frequency).
+        Quantities that do not depend on the fitted parameters are left out; quantities that
+        change along a direction the data do not determine get an infinite standard error."""
+        pinv, null, scale = (
+            self.covariance_identifiable,
+            self.null_directions,
+            self.parameter_scale,
+        )
+        if pinv is None or null is None or scale is None:
+            raise ValueError(
+                "IdentificationResult.quantities: this result carries no covariance. Fix: "
+                "use the result of rbjax.identify."
+            )
+        return propagate(fn, self.params, self.free, pinv, null, scale)
 
     def summary(self) -> str:
         """A table of name, estimate and standard error, the unidentifiable directions, the
@@ -59,13 +104,29 @@ class IdentificationResult(eqx.Module):
         lines = [
             f"rbjax.identify: {self.steps} steps, {state} ({self.message})",
             f"  final loss {self.loss:.6g}, reduced chi² {self.reduced_chi2:.4g}",
+            f"  gradient test {self.gradient_test:.3g}; the Gauss–Newton step predicts a "
+            f"decrease of {self.gauss_newton_decrease:.3g} "
+            f"({_distance(self.gauss_newton_decrease, self.reduced_chi2)} standard errors "
+            "from the minimum)",
             f"  {'parameter':{w}s}  {'estimate':>15s}  {'std error':>11s}",
         ]
         for n, v, s in zip(self.names, self.estimate, std, strict=True):
             lines.append(f"  {n:{w}s}  {v:15.9g}  {s:11.4g}")
+        if _misfit(self.reduced_chi2, self.names, self.residuals):
+            lines.append(
+                f"  WARNING: reduced chi² {self.reduced_chi2:.4g} is far from 1: the model does "
+                "not fit the data to the stated noise (a local minimum, a missing effect, or "
+                "sigma too small); the standard errors assume it does"
+            )
         if self.unidentifiable:
             lines.append("  not determined by the data (standard error inf) along:")
             lines += [f"    {d}" for d in self.unidentifiable]
+            lines += [f"    to determine it: {h}" for h in self.hints]
+        if self.covariance_identifiable is not None:
+            table = self.quantities()
+            if table.names != self.names:
+                lines.append("  in physical units (delta method):")
+                lines.append(table.summary())
         if self.continuity_gaps is not None:
             g = self.continuity_gaps
             lines.append(
@@ -73,3 +134,19 @@ class IdentificationResult(eqx.Module):
                 f"velocity {g[2]:.3g} m/s, angular velocity {g[3]:.3g} rad/s"
             )
         return "\n".join(lines)
+
+
+def _distance(decrease: float, chi2: float) -> str:
+    """√(2 ΔL / max(χ²_red, 1)): the Mahalanobis distance a predicted decrease stands for."""
+    if not np.isfinite(decrease):
+        return "?"
+    scale = chi2 if np.isfinite(chi2) and chi2 > 1.0 else 1.0
+    return f"{np.sqrt(2.0 * max(decrease, 0.0) / scale):.2g}"
+
+
+def _misfit(chi2: float, names, residuals) -> bool:
+    """χ²_red outside 5 standard deviations of its distribution (ν = N − p degrees of
+    freedom: mean 1, standard deviation √(2/ν))."""
+    n = sum(int(np.sum(np.isfinite(b))) for b in residuals)
+    nu = n - len(names)
+    return bool(nu > 0 and np.isfinite(chi2) and abs(chi2 - 1.0) > 5.0 * np.sqrt(2.0 / nu))

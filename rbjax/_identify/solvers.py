@@ -13,13 +13,26 @@ same residuals, compiled in about twice the time of this host loop and took more
 (benchmarks/solvers.py). Any optax transform is still accepted (objective-aware ones
 such as ``optax.lbfgs()`` run compiled, as optax documents them).
 
-Stopping rules (shared): after ``max_steps`` steps; when a step decreases the loss by less than
-``tol`` × the loss (relative change; first-order optax transforms: over 10 steps); when the
-gradient test holds (MINPACK's scale-free orthogonality test max_i |J_iᵀr| / (‖J_i‖ ‖r‖) ≤
-``gtol`` when J is known, else ‖∇L‖∞ ≤ ``gtol``; Moré, Garbow & Hillstrom, "User guide for
-MINPACK-1", 1980); or when no step decreases the loss any more (converged only if the
-Gauss–Newton step then predicts a decrease below the rounding error of the loss: the
-linearised problem is solved to working precision).
+Stopping rules (shared, MINPACK style: Moré, Garbow & Hillstrom, "User guide for MINPACK-1",
+1980, §2.3; optimistix's Cauchy termination is the same pair of tests). An optimiser stops
+when one of these holds, and only the first two can mean convergence:
+
+* **gradient**: the scale-free orthogonality test max_i |J_iᵀr| / (‖J_i‖ ‖r‖) ≤ ``gtol`` (the
+  cosine between the residual and each Jacobian column; ‖∇L‖∞ ≤ ``gtol`` when J is not
+  formed);
+* **step and reduction together**: the step is small relative to the parameters,
+  ‖D δ‖ ≤ ``xtol`` (‖D θ‖ + ``xtol``) (D the Jacobian's column norms at the start, so the test
+  is free of parameter units), AND the loss fell by at most ``tol`` × the loss. Either alone
+  is not enough: a line search that takes a tiny step in a poor direction reduces the loss
+  by little far from a minimum (the false convergence of issue 17: L-BFGS stopped 15 σ away);
+* **precision limit**: no step decreases the loss any more; converged only if the
+  Gauss–Newton step predicts a decrease below the rounding error of the loss (the linearised
+  problem is solved to working precision);
+* ``max_steps`` reached, the line search or the damping failed: not converged.
+
+Whatever stopped the optimiser, :func:`rbjax.identify` then checks the end point with
+Gauss–Newton steps (:func:`gauss_newton_check`); "converged" is reported only when they cannot
+lower the loss by more than the tolerance.
 """
 
 from __future__ import annotations
@@ -80,10 +93,16 @@ class Iterate(NamedTuple):
 
 
 class Run(NamedTuple):
+    """How a solver ended: the last iterate, the loss history, whether the stopping rule
+    that fired implies a minimum, why it stopped, and the rule's name (``criterion``:
+    "gradient", "step and reduction", "precision limit", "max_steps", "line search",
+    "damping", "not run")."""
+
     last: Iterate
     history: list
     converged: bool
     message: str
+    criterion: str = ""
 
 
 def _diverged(k: int):
@@ -94,27 +113,37 @@ def _diverged(k: int):
     )
 
 
-def _accepted(it, old: float, k: int, history: list, crit) -> Run | None:
-    """Record the iterate accepted at step k (raise if its loss is not finite); a converged
-    Run when the loss fell by at most ``tol`` × the previous loss, else None."""
+def _accepted(it, prev: Iterate, k: int, history: list, crit) -> Run | None:
+    """Record the iterate accepted at step k (raise if its loss is not finite); a Run when
+    the step and the loss decrease are both small (the second stopping rule), else None."""
     if not np.isfinite(it.f):
         _diverged(k + 1)
     history.append(it.f)
-    if 0 <= old - it.f <= crit.tol * old:
-        return Run(it, history, True, f"relative loss decrease ≤ tol = {crit.tol:g}")
+    old = prev.f
+    step = float(np.linalg.norm(crit.scale * (it.flat - prev.flat)))
+    size = float(np.linalg.norm(crit.scale * prev.flat))
+    if 0 <= old - it.f <= crit.tol * old and step <= crit.xtol * (size + crit.xtol):
+        why = (
+            f"relative step {step / max(size, 1e-300):.3g} ≤ xtol = {crit.xtol:g} and relative "
+            f"loss decrease {(old - it.f) / max(old, 1e-300):.3g} ≤ tol = {crit.tol:g}"
+        )
+        return Run(it, history, True, why, "step and reduction")
     return None
 
 
 class Criteria(NamedTuple):
-    """Stopping rules: ``tol`` relative loss decrease, ``gtol`` gradient test, ``rounding``
-    the rounding error of each residual (1e4 ulp of the measured values, in σ)."""
+    """Stopping rules: ``tol`` relative loss decrease and ``xtol`` relative step (together),
+    ``gtol`` gradient test, ``rounding`` the rounding error of each residual (1e4 ulp of
+    the measured values, in σ), ``scale`` D the parameter scaling of the step test."""
 
     tol: float
+    xtol: float
     gtol: float
     rounding: np.ndarray
+    scale: np.ndarray
 
 
-def _gradient_test(it: Iterate) -> float:
+def gradient_test(it: Iterate) -> float:
     """MINPACK's orthogonality test max_i |J_iᵀr| / (‖J_i‖ ‖r‖) (scale-free: the cosine
     between the residual and each Jacobian column) when J is known, else ‖∇L‖∞."""
     r, jac, _ = it.payload
@@ -130,10 +159,11 @@ def _gradient_test(it: Iterate) -> float:
 
 
 def _stationary(it: Iterate, crit: Criteria) -> Run | None:
-    test = _gradient_test(it)
+    test = gradient_test(it)
     if test <= crit.gtol:
         what = "max |J_iᵀr|/(‖J_i‖‖r‖)" if it.payload[1] is not None else "‖∇L‖∞"
-        return Run(it, [], True, f"gradient test {what} = {test:.3g} ≤ gtol = {crit.gtol:g}")
+        why = f"gradient test {what} = {test:.3g} ≤ gtol = {crit.gtol:g}"
+        return Run(it, [], True, why, "gradient")
     return None
 
 
@@ -151,8 +181,69 @@ def _precision_limit(it: Iterate, crit: Criteria, history: list, why: str) -> Ru
         rest = r + jac @ delta
         ok = 0.5 * (float(r @ r) - float(rest @ rest)) <= max(1e-6 * it.f, noise)
     else:
-        ok = _gradient_test(it) <= 1e3 * crit.gtol or it.f <= noise
-    return Run(it, history, bool(ok), why + " (precision limit)")
+        ok = gradient_test(it) <= 1e3 * crit.gtol or it.f <= noise
+    return Run(it, history, bool(ok), why + " (precision limit)", "precision limit")
+
+
+CHECK_SIGMA = 0.01  # the Gauss–Newton check's tolerance: 0.01 σ from the minimum
+
+
+class Check(NamedTuple):
+    """The Gauss–Newton check of an end point: ``passed``; ``predicted`` the decrease of the
+    loss the Gauss–Newton step predicts at the end point; ``reduction`` the decrease the
+    check's steps achieved; ``tolerance`` the largest decrease compatible with convergence."""
+
+    passed: bool
+    predicted: float
+    reduction: float
+    tolerance: float
+
+
+def _gauss_newton_step(it: Iterate) -> tuple[np.ndarray, float]:
+    """Minimum-norm solution δ of J δ ≈ −r and the decrease ½(‖r‖² − ‖r + J δ‖²) it predicts."""
+    r, jac, _ = it.payload
+    delta = np.linalg.lstsq(jac, -r, rcond=None)[0]
+    rest = r + jac @ delta
+    return delta, max(0.5 * (float(r @ r) - float(rest @ rest)), 0.0)
+
+
+def gauss_newton_check(evaluate_j, it: Iterate, crit: Criteria, chi2: float, steps: int = 3):
+    """Up to ``steps`` Gauss–Newton steps from the end point ``it`` (whose payload carries
+    J), each halved until the loss decreases (at most 12 halvings). The end point passes when
+    they lower the loss by at most the tolerance
+
+        max(½ c² max(χ²_red, 1), tol × L, rounding error of L),   c = CHECK_SIGMA = 0.01.
+
+    The loss is whitened, so a point at Mahalanobis distance d from the minimum of a
+    quadratic loss lies ½ d² above it: the first term says "within 0.01 standard errors of
+    the minimum" in every direction (the standard errors rescaled by χ²_red when the noise
+    is larger than the stated σ). ``evaluate_j(flat)`` evaluates (loss, gradient, (r, J,
+    aux))."""
+    r = it.payload[0]
+    rho = np.resize(crit.rounding, r.shape)
+    noise = float(np.abs(r) @ rho + 0.5 * rho @ rho)
+    scale = chi2 if np.isfinite(chi2) and chi2 > 1.0 else 1.0
+    tol = max(0.5 * CHECK_SIGMA**2 * scale, crit.tol * it.f, noise)
+    if not np.all(np.isfinite(it.payload[1])):
+        return Check(False, float("inf"), 0.0, tol)
+    cur, total, predicted = it, 0.0, None
+    for _ in range(steps):
+        delta, pred = _gauss_newton_step(cur)
+        predicted = pred if predicted is None else predicted
+        if pred <= tol:
+            break
+        for _halving in range(13):
+            f_new, g_new, payload_new = evaluate_j(cur.flat + delta)
+            if np.isfinite(f_new) and f_new < cur.f:
+                break
+            delta = 0.5 * delta
+        else:
+            break
+        total += cur.f - f_new
+        cur = Iterate(cur.flat + delta, f_new, g_new, payload_new)
+        if total > tol:
+            break
+    return Check(total <= tol, float(predicted or 0.0), float(total), float(tol))
 
 
 def run_lbfgs(evaluate, it: Iterate, max_steps, crit: Criteria, memory_size) -> Run:
@@ -190,10 +281,10 @@ def run_lbfgs(evaluate, it: Iterate, max_steps, crit: Criteria, memory_size) -> 
         if found is None:
             return _precision_limit(it, crit, history, "the line search found no lower loss")
         a, f_new, (g_new, payload_new) = found
-        old, it = it.f, Iterate(it.flat + a * d, f_new, g_new, payload_new)
-        if (done := _accepted(it, old, k, history, crit)) is not None:
+        prev, it = it, Iterate(it.flat + a * d, f_new, g_new, payload_new)
+        if (done := _accepted(it, prev, k, history, crit)) is not None:
             return done
-    return Run(it, history, False, "max_steps reached")
+    return Run(it, history, False, "max_steps reached", "max_steps")
 
 
 def run_lm(evaluate, it: Iterate, max_steps, crit: Criteria) -> Run:
@@ -234,11 +325,11 @@ def run_lm(evaluate, it: Iterate, max_steps, crit: Criteria) -> Run:
             if not np.isfinite(mu) or pred <= 1e-15 * max(it.f, 1e-300):
                 return _precision_limit(it, crit, history, "no step decreases the loss")
         else:
-            return Run(it, history, False, "the damping did not produce a decrease")
-        old, it = it.f, Iterate(it.flat + delta, f_new, g_new, payload_new)
-        if (done := _accepted(it, old, k, history, crit)) is not None:
+            return Run(it, history, False, "the damping did not produce a decrease", "damping")
+        prev, it = it, Iterate(it.flat + delta, f_new, g_new, payload_new)
+        if (done := _accepted(it, prev, k, history, crit)) is not None:
             return done
-    return Run(it, history, False, "max_steps reached")
+    return Run(it, history, False, "max_steps reached", "max_steps")
 
 
 def run_plain(evaluate, opt, it: Iterate, max_steps, crit: Criteria) -> Run:
@@ -255,10 +346,11 @@ def run_plain(evaluate, opt, it: Iterate, max_steps, crit: Criteria) -> Run:
             _diverged(k + 1)
         history.append(it.f)
         if k >= 10 and abs(history[-11] - it.f) <= 10 * crit.tol * history[-11]:
-            return Run(
-                it, history, True, f"relative loss change ≤ tol = {crit.tol:g} over 10 steps"
-            )
-    return Run(it, history, False, "max_steps reached")
+            # a first-order method's steps do not shrink to zero (a fixed learning rate):
+            # the change over 10 steps stops it, and the Gauss–Newton check decides
+            why = f"relative loss change ≤ tol = {crit.tol:g} over 10 steps"
+            return Run(it, history, True, why, "step and reduction")
+    return Run(it, history, False, "max_steps reached", "max_steps")
 
 
 def needs_objective(opt, flat) -> bool:
@@ -283,10 +375,10 @@ def run_extra_args(evaluate, step, opt, it: Iterate, max_steps, crit: Criteria) 
         if not np.isfinite(float(np.asarray(value))):
             _diverged(k)
         flat = np.asarray(new)
-        old, it = it.f, Iterate(flat, *evaluate(flat))
-        if (done := _accepted(it, old, k, history, crit)) is not None:
+        prev, it = it, Iterate(flat, *evaluate(flat))
+        if (done := _accepted(it, prev, k, history, crit)) is not None:
             return done
-    return Run(it, history, False, "max_steps reached")
+    return Run(it, history, False, "max_steps reached", "max_steps")
 
 
 class Objective(NamedTuple):
