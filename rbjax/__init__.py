@@ -53,11 +53,15 @@ from ._forces import (
     Wrench as Wrench,
 )
 from ._identify import (
+    IMU as IMU,
     LBFGS as LBFGS,
     AbstractObservation as AbstractObservation,
+    Accelerometer as Accelerometer,
     AngularVelocity as AngularVelocity,
     Custom as Custom,
+    Gyro as Gyro,
     IdentificationResult as IdentificationResult,
+    JointEncoder as JointEncoder,
     LevenbergMarquardt as LevenbergMarquardt,
     Measurements as Measurements,
     Orientation as Orientation,

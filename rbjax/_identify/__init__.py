@@ -2,8 +2,10 @@
 
 API
 ---
-``identify(build, params0, data, *, dt, free=None, solver=LBFGS(), shooting=None, ...)
--> IdentificationResult``. One concept per module: observations.py, measurements.py,
+``identify(build, params0, data, *, dt, free=None, solver=LevenbergMarquardt(), shooting=None,
+...)
+-> IdentificationResult``. One concept per module: observations.py, sensors.py,
+references.py, measurements.py, quantities.py (physical units by the delta method),
 shooting.py (schedule and segment states), problem.py (the compiled residuals), solvers.py,
 linesearch.py, covariance.py (uncertainty and identifiability), result.py, identify.py.
 
@@ -16,10 +18,13 @@ linesearch.py, covariance.py (uncertainty and identifiability), result.py, ident
   ``params0``'s structure (or a prefix of it), or a callable ``leaf -> bool``.
 * ``data = Measurements(times, observations)``: sample times of any spacing (each ≥ state0.t)
   and observations of body-fixed points (``Position``, markers), ``Orientation``,
-  ``Velocity``, ``AngularVelocity``, joint reactions (``ReactionForce``) or any differentiable
-  ``Custom(fn)`` of the state, each with its noise standard deviation σ and an optional mask
-  of missing samples. Everything is validated at build time (``ValueError`` naming the field,
-  the value and the fix).
+  ``Velocity``, ``AngularVelocity``, joint reactions (``ReactionForce``), sensors (``Gyro``,
+  ``Accelerometer``, ``IMU``, ``JointEncoder``: sensors.py) or any differentiable
+  ``Custom(fn)`` of the state and the parameters, each with its noise standard deviation σ
+  and an optional mask of missing samples. Sensor parameters (biases, scale factors,
+  misalignments, mountings, lever arms, offsets, time delays) are references into the
+  parameter pytree (references.py), fitted with the physical parameters. Everything is
+  validated at build time (``ValueError`` naming the field, the value and the fix).
 
 Statistical model and loss
 --------------------------
@@ -84,11 +89,14 @@ functions are module-level ``equinox.filter_jit`` functions of (problem, paramet
 ``identify`` call with the same ``build`` and the same shapes reuses them (e.g. Monte-Carlo
 studies), only the data values change.
 
-Solvers (rbjax/_identify/solvers.py): ``LBFGS()`` (default), ``LevenbergMarquardt()`` (fewest
-steps for least squares, recommended with multiple shooting) or any optax transform, with the
-stopping rules documented there; a non-finite loss at an iterate raises ``ValueError`` naming
-the optimiser step; non-finite trial points of a line search (or of an LM step) count as too
-long a step.
+Solvers (rbjax/_identify/solvers.py): ``LevenbergMarquardt()`` (default: every fit here is a
+least-squares problem; fewest steps, recommended with multiple shooting), ``LBFGS()`` or any
+optax transform. Stopping rules (documented there): the scale-free gradient test, or a small
+relative step AND a small relative decrease together; then Gauss–Newton steps from the end
+point check it, and ``converged`` means they cannot lower the loss by more than
+½ (0.01)² max(χ²_red, 1) (within 0.01 standard errors of a minimum). A non-finite loss at an
+iterate raises ``ValueError`` naming the optimiser step; non-finite trial points of a line
+search (or of an LM step) count as too long a step.
 
 Uncertainty and identifiability
 -------------------------------
@@ -130,6 +138,12 @@ from .observations import (
 from .problem import residuals as residuals
 from .quantities import Estimate as Estimate, Quantities as Quantities
 from .result import IdentificationResult as IdentificationResult
+from .sensors import (
+    IMU as IMU,
+    Accelerometer as Accelerometer,
+    Gyro as Gyro,
+    JointEncoder as JointEncoder,
+)
 from .shooting import Shooting as Shooting
 from .solvers import (
     LBFGS as LBFGS,

@@ -43,7 +43,8 @@ class Measurements(eqx.Module):
                     f"Measurements.observations[{i}]",
                     type(o).__name__,
                     "is not an rbjax observation",
-                    "use Position, Orientation, Velocity, AngularVelocity, ReactionForce or Custom",
+                    "use an rbjax observation or sensor (Position, Orientation, Gyro, IMU, "
+                    "JointEncoder, ..., Custom)",
                 )
             if o.values.shape[0] != t.size:
                 fail(

@@ -5,6 +5,7 @@ build time, with their whitened residuals (h(x) − y)/σ."""
 from __future__ import annotations
 
 import abc
+import inspect
 from collections.abc import Callable
 
 import equinox as eqx
@@ -17,6 +18,7 @@ from .. import _quaternion as quat
 from .._errors import fail
 from .._reactions import reactions
 from .._state import State
+from .references import Reference, as_reference, check_reference, resolve
 
 
 def as_float(name: str, x) -> np.ndarray:
@@ -112,7 +114,12 @@ class AbstractObservation(eqx.Module):
     ``values`` (K, m) the measurements (m = 4 for quaternions, else the residual width d),
     ``sigma`` (d,) the noise standard deviation in the quantity's units, ``mask`` (K,) True
     where a sample exists. Subclasses implement :meth:`predict` (or :meth:`error`) for a batch
-    of K states and :meth:`check` against the model.
+    of K states and the parameters (sensor parameters are references into them:
+    rbjax/_identify/references.py), and :meth:`check` against the model and ``params0``.
+
+    A subclass with a ``delay`` field (a reference to a time delay τ [s], like every
+    observation of rbjax) is measured at t_k − τ: identify predicts at every integration step
+    and interpolates (cubic Hermite, so the residual is differentiable in τ).
     """
 
     values: eqx.AbstractVar[Array]
@@ -124,21 +131,35 @@ class AbstractObservation(eqx.Module):
         """Residual components per sample."""
         return int(np.shape(self.sigma)[0])
 
-    def check(self, model, state0: State, where: str) -> None:
-        """Build-time validation against the model (names, indices, joints)."""
+    def check(self, model, state0: State, params0, where: str) -> None:
+        """Build-time validation against the model (names, indices, joints) and params0
+        (the parameter references)."""
+        for field, shape in self.references().items():
+            check_reference(f"{where}.{field}", getattr(self, field), params0, shape)
+
+    def references(self) -> dict[str, tuple[int, ...]]:
+        """The fields that refer to parameters, with the shape of their values."""
+        return {"delay": ()} if hasattr(self, "delay") else {}
 
     @abc.abstractmethod
-    def predict(self, model, states: State) -> Array:
-        """Prediction (K, d) at the K states."""
+    def predict(self, model, states: State, params) -> Array:
+        """Prediction (K, d) at the K states, for the parameters ``params``."""
 
-    def error(self, model, states: State) -> Array:
+    def compare(self, model, prediction: Array) -> Array:
         """Prediction − measurement (K, d), in the quantity's units."""
-        return self.predict(model, states) - self.values
+        return prediction - self.values
 
-    def residual(self, model, states: State) -> Array:
+    def error(self, model, states: State, params) -> Array:
+        """Prediction − measurement (K, d) at the K states."""
+        return self.compare(model, self.predict(model, states, params))
+
+    def whiten(self, error: Array) -> Array:
+        """error/σ (K, d), 0 at masked samples."""
+        return jnp.where(self.mask[:, None], error / self.sigma, 0.0)
+
+    def residual(self, model, states: State, params) -> Array:
         """Whitened residual (prediction − measurement)/σ (K, d), 0 at masked samples."""
-        r = self.error(model, states) / self.sigma
-        return jnp.where(self.mask[:, None], r, 0.0)
+        return self.whiten(self.error(model, states, params))
 
 
 def _body_state(model, states: State, key, where: str):
@@ -151,37 +172,42 @@ class _AbstractBodyObservation(AbstractObservation):
 
     body: eqx.AbstractVar[int | str]
 
-    def check(self, model, state0, where):
+    def check(self, model, state0, params0, where):
+        super().check(model, state0, params0, where)
         _resolve(self.body, model.names, "body", f"{where}.body")
 
 
 class Position(_AbstractBodyObservation):
     """World position [m] of the body-fixed point ``point`` (body axes, from the centre of
     mass) of ``body`` (name or index), a marker: x = r + s R(A) p̄ (Möller & Glocker 2012 eq. (32)).
-    ``values`` (K, 3), ``sigma`` scalar or (3,) [m]."""
+    ``values`` (K, 3), ``sigma`` scalar or (3,) [m]. ``point`` and ``delay`` [s] are
+    references (a known value, a key of params or a function of params): an unknown marker
+    position on the body is a fitted parameter."""
 
     values: Array
     sigma: Array
     mask: Array
     body: int | str = eqx.field(static=True)
-    point: Array
+    point: Reference
+    delay: Reference
 
-    def __init__(self, body, values, sigma, *, point=(0.0, 0.0, 0.0), mask=None):
+    def __init__(self, body, values, sigma, *, point=(0.0, 0.0, 0.0), delay=None, mask=None):
         v = _check_values("Position", values, 3)
         m = _check_mask("Position", mask, v.shape[0])
-        p = as_float("Position.point", point)
-        if p.shape != (3,) or not np.all(np.isfinite(p)):
-            fail("Position.point", point, "is not 3 finite numbers", "pass (x, y, z) in m")
         self.body = _check_body_key("Position", "body", body)
         self.values = jnp.asarray(_check_finite_rows("Position", v, m))
         self.sigma = jnp.asarray(_check_sigma("Position", sigma, 3))
         self.mask = jnp.asarray(m)
-        self.point = jnp.asarray(p)
+        self.point = as_reference("Position.point", point, (3,))
+        self.delay = as_reference("Position.delay", delay, ())
 
-    def predict(self, model, states):
+    def references(self):
+        return {"point": (3,), "delay": ()}
+
+    def predict(self, model, states, params):
         q, _, _ = _body_state(model, states, self.body, "Position.body")
-        p = jnp.broadcast_to(self.point.astype(q.dtype), q[:, 0:3].shape)
-        return q[:, 0:3] + quat.transform(q[:, 3:7], p)
+        p = resolve(self.point, params, 0.0, (3,), q.dtype)
+        return q[:, 0:3] + quat.transform(q[:, 3:7], jnp.broadcast_to(p, q[:, 0:3].shape))
 
 
 class Orientation(_AbstractBodyObservation):
@@ -190,14 +216,20 @@ class Orientation(_AbstractBodyObservation):
     The residual is the rotation vector [rad] of the relative rotation conj(y_k) ⊗ A(t_k),
     2 log(·) (rbjax.quaternion.log: shortest branch, so q and −q are the same measurement, and
     smooth at the identity); ``sigma`` scalar or (3,) [rad] per axis of that vector. Values
-    must be within 1e-3 of unit length (they are normalised)."""
+    must be within 1e-3 of unit length (they are normalised).
+
+    A star tracker or a motion-capture rigid body measures its own frame, mounted on the body
+    at an unknown rotation: ``mounting`` (a reference, (3,) rotation vector [rad] of the
+    sensor frame in body axes) makes the prediction A ⊗ exp(m/2); ``delay`` [s]."""
 
     values: Array
     sigma: Array
     mask: Array
     body: int | str = eqx.field(static=True)
+    mounting: Reference
+    delay: Reference
 
-    def __init__(self, body, values, sigma, *, mask=None):
+    def __init__(self, body, values, sigma, *, mounting=None, delay=None, mask=None):
         v = _check_values("Orientation", values, 4)
         m = _check_mask("Orientation", mask, v.shape[0])
         v = _check_finite_rows("Orientation", v, m)
@@ -217,27 +249,39 @@ class Orientation(_AbstractBodyObservation):
         self.values = jnp.asarray(v)
         self.sigma = jnp.asarray(_check_sigma("Orientation", sigma, 3))
         self.mask = jnp.asarray(m)
+        self.mounting = as_reference("Orientation.mounting", mounting, (3,))
+        self.delay = as_reference("Orientation.delay", delay, ())
 
-    def predict(self, model, states):
+    def references(self):
+        return {"mounting": (3,), "delay": ()}
+
+    def predict(self, model, states, params):
         q, _, _ = _body_state(model, states, self.body, "Orientation.body")
-        return q[:, 3:7]
+        a = q[:, 3:7]
+        if self.mounting is None:
+            return a
+        m = resolve(self.mounting, params, 0.0, (3,), a.dtype)
+        return quat.mul(a, jnp.broadcast_to(quat.exp(0.5 * m), a.shape))
 
-    def error(self, model, states):
-        return rotvec_between(self.values.astype(states.q.dtype), self.predict(model, states))
+    def compare(self, model, prediction):
+        return rotvec_between(self.values.astype(prediction.dtype), prediction)
 
 
 class AngularVelocity(_AbstractBodyObservation):
     """Angular velocity [rad/s] of ``body``: ``frame="body"`` (body axes, a gyroscope) or
     ``"world"``. From the state's ω (Möller & Glocker 2012 eq. (37)): the body-frame angular velocity for a
-    rigid body, ω/s for a scalable one (eq. (49)); world = R(A) × body. values (K, 3)."""
+    rigid body, ω/s for a scalable one (eq. (49)); world = R(A) × body. values (K, 3);
+    ``delay`` [s] a reference. A gyro with bias, scale factors and misalignment is
+    :class:`rbjax.Gyro`."""
 
     values: Array
     sigma: Array
     mask: Array
     body: int | str = eqx.field(static=True)
     frame: str = eqx.field(static=True)
+    delay: Reference
 
-    def __init__(self, body, values, sigma, *, frame="body", mask=None):
+    def __init__(self, body, values, sigma, *, frame="body", delay=None, mask=None):
         if frame not in ("body", "world"):
             fail("AngularVelocity.frame", frame, "is not 'body' or 'world'", "pass one of them")
         v = _check_values("AngularVelocity", values, 3)
@@ -247,8 +291,9 @@ class AngularVelocity(_AbstractBodyObservation):
         self.values = jnp.asarray(_check_finite_rows("AngularVelocity", v, m))
         self.sigma = jnp.asarray(_check_sigma("AngularVelocity", sigma, 3))
         self.mask = jnp.asarray(m)
+        self.delay = as_reference("AngularVelocity.delay", delay, ())
 
-    def predict(self, model, states):
+    def predict(self, model, states, params):
         q, u, b = _body_state(model, states, self.body, "AngularVelocity.body")
         w = u[:, 4:7]
         if model.scalable[b]:
@@ -257,22 +302,25 @@ class AngularVelocity(_AbstractBodyObservation):
 
 
 class Velocity(_AbstractBodyObservation):
-    """World velocity [m/s] of the centre of mass of ``body``. values (K, 3)."""
+    """World velocity [m/s] of the centre of mass of ``body``. values (K, 3); ``delay`` [s] a
+    reference."""
 
     values: Array
     sigma: Array
     mask: Array
     body: int | str = eqx.field(static=True)
+    delay: Reference
 
-    def __init__(self, body, values, sigma, *, mask=None):
+    def __init__(self, body, values, sigma, *, delay=None, mask=None):
         v = _check_values("Velocity", values, 3)
         m = _check_mask("Velocity", mask, v.shape[0])
         self.body = _check_body_key("Velocity", "body", body)
         self.values = jnp.asarray(_check_finite_rows("Velocity", v, m))
         self.sigma = jnp.asarray(_check_sigma("Velocity", sigma, 3))
         self.mask = jnp.asarray(m)
+        self.delay = as_reference("Velocity.delay", delay, ())
 
-    def predict(self, model, states):
+    def predict(self, model, states, params):
         _, u, _ = _body_state(model, states, self.body, "Velocity.body")
         return u[:, 0:3]
 
@@ -281,7 +329,9 @@ class ReactionForce(AbstractObservation):
     """Reaction force [N] (``torque=True``: torque [N m] about the joint point) that ``joint``
     (name or index) exerts on its body ``side`` ("i" or "j"), in the ``"world"`` frame or that
     body's ``"joint"`` frame, from :func:`rbjax.reactions` (the multipliers of the equations of
-    motion, Möller & Glocker 2012 eq. (81)). values (K, 3)."""
+    motion, Möller & Glocker 2012 eq. (81)). values (K, 3). A force/torque sensor: ``bias``
+    (3,) [N or N m] added to the prediction and ``delay`` [s], both references (a known
+    value, a key of params or a function of params)."""
 
     values: Array
     sigma: Array
@@ -290,8 +340,22 @@ class ReactionForce(AbstractObservation):
     side: str = eqx.field(static=True)
     frame: str = eqx.field(static=True)
     torque: bool = eqx.field(static=True)
+    bias: Reference
+    delay: Reference
 
-    def __init__(self, joint, values, sigma, *, side="j", frame="world", torque=False, mask=None):
+    def __init__(
+        self,
+        joint,
+        values,
+        sigma,
+        *,
+        side="j",
+        frame="world",
+        torque=False,
+        bias=None,
+        delay=None,
+        mask=None,
+    ):
         if side not in ("i", "j"):
             fail("ReactionForce.side", side, "is not 'i' or 'j'", "pass side='i' or 'j'")
         if frame not in ("world", "joint"):
@@ -305,8 +369,14 @@ class ReactionForce(AbstractObservation):
         self.values = jnp.asarray(_check_finite_rows("ReactionForce", v, m))
         self.sigma = jnp.asarray(_check_sigma("ReactionForce", sigma, 3))
         self.mask = jnp.asarray(m)
+        self.bias = as_reference("ReactionForce.bias", bias, (3,))
+        self.delay = as_reference("ReactionForce.delay", delay, ())
 
-    def check(self, model, state0, where):
+    def references(self):
+        return {"bias": (3,), "delay": ()}
+
+    def check(self, model, state0, params0, where):
+        super().check(model, state0, params0, where)
         if not model.joints:
             fail(
                 f"{where}.joint",
@@ -316,37 +386,49 @@ class ReactionForce(AbstractObservation):
             )
         _resolve(self.joint, model.joint_names, "joint", f"{where}.joint")
 
-    def predict(self, model, states):
+    def predict(self, model, states, params):
         k = _resolve(self.joint, model.joint_names, "joint", "ReactionForce.joint")
         rx = reactions(model, states)
         name = ("torque" if self.torque else "force") + f"_{self.side}"
         name += "_joint" if self.frame == "joint" else ""
-        return getattr(rx, name)[:, k]
+        out = getattr(rx, name)[:, k]
+        return out + resolve(self.bias, params, 0.0, (3,), out.dtype)
 
 
 class Custom(AbstractObservation):
-    """Any differentiable ``fn(model, state) -> (d,)`` of ONE state (``state.q`` (nb, 7));
-    ``values`` (K, d), ``sigma`` scalar or (d,) in fn's units. ``fn`` is static: pass a
-    module-level function (or the same object each time) to reuse compiled code."""
+    """Any differentiable ``fn(model, state) -> (d,)`` of ONE state (``state.q`` (nb, 7)), or
+    ``fn(model, state, params) -> (d,)``, which also receives the full parameter pytree being
+    fitted (a sensor's bias or scale factor is a parameter: ``params["bias"] + ...``).
+    ``values`` (K, d), ``sigma`` scalar or (d,) in fn's units; ``delay`` [s] a reference.
+    ``fn`` is static: pass a module-level function (or the same object each time) to reuse
+    compiled code."""
 
     values: Array
     sigma: Array
     mask: Array
     fn: Callable = eqx.field(static=True)
+    with_params: bool = eqx.field(static=True)
+    delay: Reference
 
-    def __init__(self, fn, values, sigma, *, mask=None):
+    def __init__(self, fn, values, sigma, *, delay=None, mask=None):
         if not callable(fn):
             fail("Custom.fn", fn, "is not callable", "pass fn(model, state) -> array (d,)")
         v = _check_values("Custom", values, None)
         m = _check_mask("Custom", mask, v.shape[0])
         self.fn = fn
+        self.with_params = _positional_count(fn) >= 3
         self.values = jnp.asarray(_check_finite_rows("Custom", v, m))
         self.sigma = jnp.asarray(_check_sigma("Custom", sigma, v.shape[1]))
         self.mask = jnp.asarray(m)
+        self.delay = as_reference("Custom.delay", delay, ())
 
-    def check(self, model, state0, where):
+    def _call(self, model, state, params):
+        return self.fn(model, state, params) if self.with_params else self.fn(model, state)
+
+    def check(self, model, state0, params0, where):
+        super().check(model, state0, params0, where)
         try:
-            out = jax.eval_shape(self.fn, model, state0)
+            out = jax.eval_shape(self._call, model, state0, params0)
         except Exception as e:  # noqa: BLE001 - report any failure of the user's function
             fail(f"{where}.fn", self.fn, f"fails on (model, state0): {e!r}", "fix the function")
             raise
@@ -359,8 +441,20 @@ class Custom(AbstractObservation):
                 "return a 1-D array with one entry per column of values",
             )
 
-    def predict(self, model, states):
-        return jax.vmap(lambda s: jnp.asarray(self.fn(model, s)))(states)
+    def predict(self, model, states, params):
+        return jax.vmap(lambda s: jnp.asarray(self._call(model, s, params)))(states)
+
+
+def _positional_count(fn) -> int:
+    """Positional parameters of ``fn`` (3 or more: it takes the parameters too)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return 2
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in sig.parameters.values()):
+        return 3
+    return sum(p.kind in kinds for p in sig.parameters.values())
 
 
 def rotvec_between(a, b):
