@@ -83,6 +83,17 @@ def run(name, argv, capsys):
         ),
         ("identify_damping", ["--samples", "61"], "damping error in standard errors"),
         (
+            "identify_satellite",  # the full 20 s record: shorter ones leave the frame weak
+            ["--no-lbfgs"],
+            "largest |error| / σ (inertia, bias, misalignment)",
+        ),
+        (
+            "identify_arm",  # 1.5 s, 3 segments (the default 4 s and 8 segments take minutes;
+            # 1 s leaves the Coulomb friction too weak for 100 LM steps)
+            ["--seconds", "1.5", "--segments", "3"],
+            "largest |error| / σ (masses, friction)",
+        ),
+        (
             "train_controller",
             # 100 Adam steps: J falls 50× (10× required), late off-axis rate 0.074 Ω (0.1 Ω
             # required, 0.087 Ω after 75 steps); 25 steps fail the check

@@ -99,6 +99,7 @@ def test_the_default_converges_to_the_truth_within_three_sigma(default_fit):
     z = _z_scores(fit)
     print("z-scores of the inertia entries:", np.round(z, 2))
     assert fit.converged and fit.criterion in ("gradient", "step and reduction")
+    assert fit.evaluations >= fit.steps + 1  # the start, every step, the check
     assert fit.gauss_newton_decrease <= 0.5 * 0.01**2
     assert np.all(np.abs(z) <= 3.0)
     nu = 3 * TIMES.size - 9
@@ -223,3 +224,31 @@ def test_torque_free_reports_the_scale_with_a_hint_and_keeps_what_is_determined(
     for k in range(3):
         assert np.isfinite(q[f"['inertia'].axes_rotation[{k}]"].std)
         assert np.isfinite(q[f"['omega0'][{k}]"].std)
+
+
+def test_a_parameter_seen_only_at_rounding_level_is_reported_not_fitted():
+    """A parameter that moves the data by 1e-25 of its size (below the rounding error of the
+    residuals) is reported as undetermined ("no measured quantity depends on it"), not as a
+    parameter with a standard error of 1e25; L-BFGS, whose step scaling would otherwise blow
+    up along it, still converges with the other parameters."""
+
+    def build_tiny(p):
+        model, state = build(p)
+        force = rbjax.BodyTorque(0, TORQUE + 1e-25 * p["tiny"])
+        return eqx.tree_at(lambda m: m.forces, model, (force,)), state
+
+    guess = _guess() | {"tiny": jnp.asarray([1.0, -2.0, 0.5])}
+    fit = rbjax.identify(build_tiny, guess, _data(), dt=DT)
+    print(fit.steps, fit.message, fit.unidentifiable)
+    assert fit.converged
+    dead = [d for d in fit.unidentifiable if "no measured quantity depends on it" in d]
+    assert len(dead) == 3 and all("['tiny']" in d for d in dead)
+    q = fit.quantities()
+    assert np.all(np.isfinite([q[f"['omega0'][{k}]"].std for k in range(3)]))
+    assert np.all(np.isfinite([q[f"['inertia'].{e}"].std for e in ENTRIES]))
+    # L-BFGS is slow on this problem (as without the tiny parameter) but moves: no failed
+    # line search at the first step, the loss down by orders of magnitude
+    lb = rbjax.identify(build_tiny, guess, _data(), dt=DT, solver=rbjax.LBFGS(), max_steps=40)
+    print(lb.steps, lb.message)
+    assert lb.steps == 40 and lb.criterion == "max_steps"
+    assert lb.loss < 1e-2 * lb.loss_history[0]

@@ -365,3 +365,21 @@ def test_bad_sensor_references_raise_naming_the_field():
         fit(rbjax.Position("rod", y, 0.1, point="enc_offset"))
     with pytest.raises(ValueError, match=r"\(JointEncoder\)\.values"):
         fit(rbjax.JointEncoder("pivot", np.zeros((TIMES.size, 2)), 0.1))
+
+
+def test_noise_levels_are_identified(pendulum_fit):
+    """The noise each sensor's residuals imply (IdentificationResult.noise): within the
+    sampling error of a standard deviation estimate (1/√(2n) relative, 5 of them) of the
+    noise used to make the data."""
+    est = pendulum_fit.noise()
+    stated = [
+        np.array([SIG["gyro"]] * 3 + [SIG["accel"]] * 3),
+        np.array([SIG["enc"]]),
+        np.array([SIG["force"]] * 3),
+        np.array([SIG["marker"]] * 3),
+        np.array([SIG["custom"]]),
+    ]
+    for e, s, block in zip(est, stated, pendulum_fit.residuals, strict=True):
+        n = np.sum(np.isfinite(block), axis=0)
+        print(np.round(e / s, 3))
+        assert np.all(np.abs(e / s - 1.0) <= 5.0 / np.sqrt(2.0 * n))

@@ -34,7 +34,8 @@ The configuration (paths relative to the configuration file)::
     [solver]
     name = "levenberg-marquardt"   # or "lbfgs"
     max_steps = 100
-    tol = 1e-10                    # relative loss decrease that stops the fit
+    tol = 1e-10                    # relative loss decrease and ...
+    xtol = 1e-8                    # ... relative step: together they stop the fit
     segments = 1                   # multiple shooting (rbjax.Shooting) with this many segments
 
 Observations (``rbjax.Position`` and its siblings; joint coordinates through ``rbjax.Custom``):
@@ -118,7 +119,7 @@ TOP_KEYS = (
     "parameters",
     "solver",
 )
-SOLVER_KEYS = ("name", "max_steps", "tol", "gtol", "segments")
+SOLVER_KEYS = ("name", "max_steps", "tol", "xtol", "gtol", "segments")
 ROUNDING_STD = 1e6  # a standard error above this in the fitted coordinate: not determined
 
 
@@ -189,6 +190,7 @@ class _Problem:
     shooting: Any
     max_steps: int
     tol: float
+    xtol: float
     gtol: float
     specs: tuple[Param, ...]
     initial: np.ndarray
@@ -196,8 +198,8 @@ class _Problem:
     n_values: int
 
 
-def _solver(args, doc: dict) -> tuple[str, int, float, float, int]:
-    """[solver] with --max-steps: (name, max_steps, tol, gtol, segments)."""
+def _solver(args, doc: dict) -> tuple[str, int, float, float, float, int]:
+    """[solver] with --max-steps: (name, max_steps, tol, xtol, gtol, segments)."""
     solver_doc = table("solver", doc.get("solver", {}), SOLVER_KEYS)
     solver_name = string("solver.name", solver_doc.get("name", SOLVERS[0]), SOLVERS)
     max_steps = integer(
@@ -208,13 +210,15 @@ def _solver(args, doc: dict) -> tuple[str, int, float, float, int]:
             raise CliError(f"--max-steps {args.max_steps} is negative. Fix: give an integer >= 0.")
         max_steps = args.max_steps
     tol = number("solver.tol", solver_doc.get("tol", 1e-10), example="1e-10")
+    xtol = number("solver.xtol", solver_doc.get("xtol", 1e-8), example="1e-8")
     gtol = number("solver.gtol", solver_doc.get("gtol", 1e-10), example="1e-10")
-    if tol < 0 or gtol < 0:
-        fail("solver.tol" if tol < 0 else "solver.gtol", "is negative", "give a value >= 0")
+    for key, value in (("tol", tol), ("xtol", xtol), ("gtol", gtol)):
+        if value < 0:
+            fail(f"solver.{key}", "is negative", "give a value >= 0")
     segments = integer(
         "solver.segments", solver_doc.get("segments", 1), minimum=1, example="segments = 4"
     )
-    return solver_name, max_steps, tol, gtol, segments
+    return solver_name, max_steps, tol, xtol, gtol, segments
 
 
 def _out(args, doc: dict, config_dir: str) -> str | None:
@@ -241,7 +245,7 @@ def _prepare(args) -> _Problem:
     table("", doc, TOP_KEYS, ("model", "data", "observations", "parameters"))
     for key in ("observations", "parameters"):
         config.tables(key, doc[key])
-    solver_name, max_steps, tol, gtol, segments = _solver(args, doc)
+    solver_name, max_steps, tol, xtol, gtol, segments = _solver(args, doc)
     integrator = (
         string("integrator", doc["integrator"], INTEGRATORS) if "integrator" in doc else None
     )
@@ -382,6 +386,7 @@ def _prepare(args) -> _Problem:
         shooting=Shooting(segments) if segments > 1 else None,
         max_steps=max_steps,
         tol=tol,
+        xtol=xtol,
         gtol=gtol,
         specs=tuple(specs),
         initial=np.concatenate(initial),
@@ -424,6 +429,7 @@ def run(args) -> int:
             shooting=prob.shooting,
             max_steps=prob.max_steps,
             tol=prob.tol,
+            xtol=prob.xtol,
             gtol=prob.gtol,
         )
     except ValueError as exc:
@@ -500,6 +506,9 @@ def _results(prob: _Problem, fit, labels: list[str]) -> dict:
     return {
         "converged": bool(fit.converged),
         "message": str(fit.message),
+        "criterion": str(fit.criterion),
+        "gradient_test": _finite(fit.gradient_test),
+        "gauss_newton_decrease": _finite(fit.gauss_newton_decrease),
         "loss": float(fit.loss),
         "reduced_chi2": _finite(fit.reduced_chi2),
         "steps": int(fit.steps),

@@ -69,6 +69,18 @@ class Uncertainty(NamedTuple):
     described: tuple[str, ...]
 
 
+def visible(col: np.ndarray, flat, rounding) -> np.ndarray:
+    """Columns the data see: a change of max(|θ_i|, 1) moves the residuals by more than
+    their rounding error ρ (‖J_i‖ max(|θ_i|, 1) > ‖ρ‖), and the norm is finite and > 0.
+    Columns at rounding level are noise: scaled to unit length they look like information
+    (a standard error of 1e27 reported as determined, a random cosine with the residual that
+    fails every gradient test, astronomically long first steps)."""
+    typical = np.maximum(np.abs(np.asarray(flat, dtype=np.float64)), 1.0)
+    noise = float(np.linalg.norm(rounding))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.isfinite(col) & (col > 0) & (col * typical > noise)
+
+
 def covariance(jac: np.ndarray, rtol: float, names: list[str], flat, rounding) -> Uncertainty:
     """Gauss–Newton covariance and the named null directions (module docstring of the
     package). From the singular value decomposition of the column-scaled Jacobian
@@ -85,10 +97,8 @@ def covariance(jac: np.ndarray, rtol: float, names: list[str], flat, rounding) -
     p = jac.shape[1]
     with np.errstate(over="ignore", invalid="ignore"):
         col = np.linalg.norm(jac, axis=0)
-    typical = np.maximum(np.abs(np.asarray(flat, dtype=np.float64)), 1.0)
-    noise = float(np.linalg.norm(rounding))
-    dead = ~(col * typical > noise) | ~(col > 1e-300 * max(float(np.max(col, initial=0.0)), 1e-300))
-    dead |= ~np.isfinite(col)
+    dead = ~visible(col, flat, rounding)
+    dead |= ~(col > 1e-300 * max(float(np.max(col, initial=0.0)), 1e-300))
     scale = np.where(dead, 1.0, 1.0 / np.where(dead, 1.0, col))
     js = np.where(dead[None, :], 0.0, jac * scale[None, :])
     if not np.all(np.isfinite(js)):

@@ -127,7 +127,8 @@ def identify(
     mode = choose_mode(autodiff, flat0.size)  # validates autodiff for every solver
     if solver.needs_jacobian:
         mode = "forward"  # Levenberg–Marquardt needs J at every step
-    evaluate = _host_objective(mode, template)
+    calls = [0]
+    evaluate = _host_objective(mode, template, calls)
     if shooting is not None:
         guesses = check_segment_guesses(shooting.states0, data, model0, problem.n_seg)
         if problem.n_seg > 1:
@@ -156,7 +157,7 @@ def identify(
     chi2 = _reduced_chi2(last.payload[0], data, p_phys)
     check = None
     if max_steps > 0:
-        evaluate_j = _host_objective("forward", template) if mode != "forward" else evaluate
+        evaluate_j = _host_objective("forward", template, calls) if mode != "forward" else evaluate
         check = gauss_newton_check(lambda flat: evaluate_j(flat, problem), last, crit, chi2)
         if run.converged and not check.passed:
             msg = (
@@ -172,7 +173,8 @@ def identify(
             )
             run = run._replace(converged=False, message=msg)
     run = run._replace(last=last)
-    return _result(run, problem, template, data, p_phys, float(rtol_identifiable), check, spec)
+    rtol = float(rtol_identifiable)
+    return _result(run, problem, template, data, p_phys, rtol, check, spec, calls[0])
 
 
 def _column_scale(jac, p: int) -> np.ndarray:
@@ -208,12 +210,14 @@ def _reduced_chi2(r: np.ndarray, data: Measurements, p_phys: int) -> float:
     return float(np.sum(r[:n_rows] ** 2)) / (n_meas - p_phys)
 
 
-def _host_objective(mode: str, template):
+def _host_objective(mode: str, template, calls: list[int]):
     """``evaluate(flat, problem) -> (loss, gradient, (r, J or None, aux))`` as NumPy values,
-    from the compiled forward-mode (r, J) or reverse-mode (r, ∇L) function."""
+    from the compiled forward-mode (r, J) or reverse-mode (r, ∇L) function; ``calls[0]``
+    counts the evaluations."""
     compiled = eval_forward if mode == "forward" else eval_reverse
 
     def evaluate(flat, problem):
+        calls[0] += 1
         r, d, aux = compiled(problem, template, jnp.asarray(flat))
         r = np.asarray(r)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -275,7 +279,15 @@ def _initial_segments(problem: Problem, evaluate, model0, template, flat0, guess
 
 
 def _result(
-    run: Run, problem: Problem, template, data, p_phys, rtol, check: Check | None, spec
+    run: Run,
+    problem: Problem,
+    template,
+    data,
+    p_phys,
+    rtol,
+    check: Check | None,
+    spec,
+    evaluations: int,
 ) -> IdentificationResult:
     """Gauss–Newton covariance and identifiability at the estimate, residuals per
     observation, reduced χ² and the segment states."""
@@ -322,11 +334,13 @@ def _result(
         unidentifiable=described,
         message=run.message,
         criterion=run.criterion,
-        gradient_test=gradient_test(run.last),
+        gradient_test=gradient_test(run.last, rounding(problem, r.size, flat.dtype)),
         gauss_newton_decrease=float("nan") if check is None else check.predicted,
         covariance_identifiable=unc.pinv,
         null_directions=unc.null,
         parameter_scale=unc.scale,
         free=spec,
         hints=hints(params, spec, unc.null, unc.scale),
+        sigmas=tuple(np.asarray(o.sigma) for o in data.observations),
+        evaluations=int(evaluations),
     )

@@ -33,6 +33,8 @@ def as_reference(where: str, ref, shape: tuple[int, ...]):
         a = np.asarray(ref, dtype=np.float64)
     except (TypeError, ValueError):
         a = None
+    if a is not None and a.shape == () and shape != ():
+        a = np.broadcast_to(a, shape).copy()  # a scalar for every component
     if a is None or a.shape != shape or not np.all(np.isfinite(a)):
         fail(
             where,
@@ -56,7 +58,17 @@ def resolve(ref, params, default: float, shape: tuple[int, ...], dtype):
     else:
         value = ref
     value = getattr(value, "value", value)  # an rbjax.Positive stands for its value
-    return jnp.asarray(value).astype(dtype)
+    return jnp.broadcast_to(jnp.asarray(value).astype(dtype), shape)  # a scalar for (n,)
+
+
+def _value(ref, params):
+    """The shape of the value a key or a function refers to, before broadcasting."""
+
+    def value(p):
+        v = p[ref] if isinstance(ref, str) else ref(p)
+        return jnp.asarray(getattr(v, "value", v))
+
+    return jax.eval_shape(value, params)
 
 
 def check_reference(where: str, ref, params0, shape: tuple[int, ...]) -> None:
@@ -73,14 +85,14 @@ def check_reference(where: str, ref, params0, shape: tuple[int, ...]) -> None:
             f'add params["{ref}"] (e.g. jnp.zeros({shape})) or pass a function of params',
         )
     try:
-        out = jax.eval_shape(lambda p: resolve(ref, p, 0.0, shape, jnp.float64), params0)
+        raw = _value(ref, params0).shape
     except Exception as e:  # noqa: BLE001 - report any failure of the user's reference
         fail(where, ref, f"fails on params0: {e!r}", "return an array from params")
         raise
-    if out.shape != shape:
+    if raw not in (shape, ()):
         fail(
             where,
             ref,
-            f"gives an array of shape {out.shape}, not {shape}",
+            f"gives an array of shape {raw}, not {shape} (or a scalar)",
             f"make the parameter an array of shape {shape}",
         )

@@ -30,6 +30,12 @@ class IdentificationResult(eqx.Module):
       estimate (√(2 × it) is the estimate's distance from the minimum of the linearised
       problem in standard errors; NaN with max_steps = 0). A minimum can be a local one:
       a reduced χ² far above 1 says the model does not fit (the summary says so).
+    * ``evaluations``: evaluations of the compiled residual function with its derivatives
+      (r and J in forward mode, r and ∇L in reverse mode), line-search trials, the
+      multiple-shooting initialisation and the Gauss–Newton check included.
+    * ``hints``: for each unidentifiable direction, what data would determine it;
+      ``quantities()``: estimates in physical units (below); ``noise()``: the noise level
+      the residuals imply.
     * ``residuals``: one (K, d) array per observation, whitened ((pred − meas)/σ) at the
       estimate, NaN at masked samples.
     * ``names``: the free scalars, from the pytree paths (``jax.tree_util.keystr``) plus the
@@ -70,6 +76,24 @@ class IdentificationResult(eqx.Module):
     parameter_scale: np.ndarray | None = None
     free: Any = None
     hints: tuple[str, ...] = eqx.field(static=True, default=())
+    evaluations: int = eqx.field(static=True, default=0)
+    sigmas: tuple[np.ndarray, ...] = ()
+
+    def noise(self) -> tuple[np.ndarray, ...]:
+        """The noise standard deviation each observation's residuals imply, per component, in
+        the observation's units: σ̂_j = σ_j √(Σ_k r_kj² / n_j · N/(N − p)) (r whitened, n_j the
+        samples, N the measured scalars, p the fitted parameters; the usual unbiased
+        estimate, e.g. Bard 1974, §7-3). A sensor's noise is identified this way: σ̂ ≈ σ when
+        the stated noise is right, and σ̂/σ = √χ²_red overall."""
+        n_all = sum(int(np.sum(np.isfinite(b))) for b in self.residuals)
+        p = len(self.names)
+        dof = n_all / (n_all - p) if n_all > p else float("nan")
+        out = []
+        for block, sigma in zip(self.residuals, self.sigmas, strict=True):
+            n = np.sum(np.isfinite(block), axis=0)
+            ms = np.nansum(block**2, axis=0) / np.maximum(n, 1)
+            out.append(np.asarray(sigma) * np.sqrt(ms * dof))
+        return tuple(out)
 
     def quantities(self, fn: Callable | None = None) -> Quantities:
         """Estimates, standard errors, correlations and confidence intervals in physical
@@ -122,7 +146,7 @@ class IdentificationResult(eqx.Module):
             lines.append("  not determined by the data (standard error inf) along:")
             lines += [f"    {d}" for d in self.unidentifiable]
             lines += [f"    to determine it: {h}" for h in self.hints]
-        if self.covariance_identifiable is not None:
+        if self.covariance_identifiable is not None and len(self.names) <= 200:
             table = self.quantities()
             if table.names != self.names:
                 lines.append("  in physical units (delta method):")

@@ -49,6 +49,7 @@ import numpy as np
 import optax
 
 from .._errors import fail, validates_inputs
+from .covariance import visible
 from .linesearch import line_search
 from .problem import Problem, residual_vector, unravel
 
@@ -143,23 +144,27 @@ class Criteria(NamedTuple):
     scale: np.ndarray
 
 
-def gradient_test(it: Iterate) -> float:
+def gradient_test(it: Iterate, rounding: np.ndarray) -> float:
     """MINPACK's orthogonality test max_i |J_iᵀr| / (‖J_i‖ ‖r‖) (scale-free: the cosine
-    between the residual and each Jacobian column) when J is known, else ‖∇L‖∞."""
+    between the residual and each Jacobian column) over the columns the data see (columns at
+    rounding level, ``covariance.visible``, carry a random cosine), when J is known; else
+    ‖∇L‖∞."""
     r, jac, _ = it.payload
     if jac is None:
         return float(np.max(np.abs(it.g), initial=0.0))
     rn = float(np.linalg.norm(r))
-    cn = np.linalg.norm(jac, axis=0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        cn = np.linalg.norm(jac, axis=0)
     if rn == 0.0:
         return 0.0
+    seen = visible(cn, it.flat, np.resize(rounding, r.shape))
     with np.errstate(divide="ignore", invalid="ignore"):
-        cos = np.where(cn > 0, np.abs(it.g) / (cn * rn), 0.0)
+        cos = np.where(seen, np.abs(it.g) / np.where(seen, cn * rn, 1.0), 0.0)
     return float(np.max(cos, initial=0.0))
 
 
 def _stationary(it: Iterate, crit: Criteria) -> Run | None:
-    test = gradient_test(it)
+    test = gradient_test(it, crit.rounding)
     if test <= crit.gtol:
         what = "max |J_iᵀr|/(‖J_i‖‖r‖)" if it.payload[1] is not None else "‖∇L‖∞"
         why = f"gradient test {what} = {test:.3g} ≤ gtol = {crit.gtol:g}"
@@ -181,7 +186,7 @@ def _precision_limit(it: Iterate, crit: Criteria, history: list, why: str) -> Ru
         rest = r + jac @ delta
         ok = 0.5 * (float(r @ r) - float(rest @ rest)) <= max(1e-6 * it.f, noise)
     else:
-        ok = gradient_test(it) <= 1e3 * crit.gtol or it.f <= noise
+        ok = gradient_test(it, crit.rounding) <= 1e3 * crit.gtol or it.f <= noise
     return Run(it, history, bool(ok), why + " (precision limit)", "precision limit")
 
 
@@ -253,8 +258,11 @@ def run_lbfgs(evaluate, it: Iterate, max_steps, crit: Criteria, memory_size) -> 
     jac = it.payload[1]
     cs = np.ones_like(it.flat)
     if jac is not None:
+        # columns at rounding level (a change of max(|θ_i|, 1) moves the residuals by less
+        # than their rounding error) keep scale 1: scaling them up would make the first
+        # steps astronomically long in a parameter the data do not see
         col = np.linalg.norm(jac, axis=0)
-        ok = np.isfinite(col) & (col > 1e-300 * max(float(np.max(col, initial=0.0)), 1e-300))
+        ok = visible(col, it.flat, np.resize(crit.rounding, it.payload[0].shape))
         cs = np.where(ok, 1.0 / np.where(ok, col, 1.0), 1.0)
     opt = _lbfgs_direction(memory_size)
     z = lambda flat: jnp.asarray(flat / cs)
