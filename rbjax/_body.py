@@ -10,6 +10,24 @@ from jaxtyping import Array, Float
 from ._errors import check_finite, check_shape, fail, is_concrete
 
 
+def validate_mass(field: str, mass) -> None:
+    """Every mass (any shape: a batch of models) must be finite and > 0. Checked only on
+    concrete values; a mass set by ``equinox.tree_at`` (the batching route) bypasses
+    :class:`Body`'s check, so rollouts and the Monte-Carlo runner call this."""
+    if not is_concrete(mass):
+        return
+    m = np.asarray(mass, dtype=float)
+    bad = ~(np.isfinite(m) & (m > 0.0))
+    if np.any(bad):
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        fail(
+            f"{field}[{', '.join(map(str, idx))}]",
+            m[idx],
+            "is not a positive finite mass",
+            "every mass must be > 0 kg (check the value set with equinox.tree_at)",
+        )
+
+
 def validate_inertia(field: str, inertia) -> None:
     """Θ must be symmetric positive definite and satisfy the triangle inequalities.
 
@@ -71,8 +89,18 @@ class Body(eqx.Module):
                     "to rbjax.GROUND instead",
                 )
         inertia = jnp.asarray(inertia)
+        if not jnp.issubdtype(inertia.dtype, jnp.floating):  # [1, 2, 3]: not an integer model
+            inertia = inertia.astype(jnp.result_type(float))  # JAX's default float
         if inertia.shape == (3,):
             inertia = jnp.diag(inertia)
+        if inertia.shape != (3, 3):  # (3, 3, 3) would silently become a batch of bodies
+            fail(
+                f"{name}.inertia",
+                f"<array of shape {inertia.shape}>",
+                "is not ONE inertia: (3, 3), or (3,) for the principal moments",
+                "pass one body's inertia; batch models with equinox.tree_at on model.inertia "
+                "or jax.vmap",
+            )
         validate_inertia(f"{name}.inertia", inertia)
         self.mass = jnp.asarray(mass, dtype=inertia.dtype)
         self.inertia = inertia

@@ -20,7 +20,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from ._analysis.checks import check_mechanism_state
-from ._body import validate_inertia
+from ._body import validate_inertia, validate_mass
 from ._engine.layout import to_components
 from ._engine.rollout import DEFAULT_CHUNK, chunked, integrate
 from ._errors import is_concrete, validates_inputs
@@ -203,11 +203,18 @@ def rollout(
             "it with rbjax.make_state(...), or pass a Trajectory to continue it."
         )
     check_dt(dt)
-    if not isinstance(n_steps, (int, np.integer)) or n_steps < 1:
+    if (
+        isinstance(n_steps, (bool, np.bool_))
+        or not isinstance(n_steps, (int, np.integer))
+        or n_steps < 1
+    ):
         raise ValueError(
             f"n_steps = {n_steps!r} is not a positive integer. Fix: pass the number of steps as an int >= 1."
         )
-    if not isinstance(save_every, (int, np.integer)) or save_every < 1 or n_steps % save_every:
+    bad_type = isinstance(save_every, (bool, np.bool_)) or not isinstance(
+        save_every, (int, np.integer)
+    )
+    if bad_type or save_every < 1 or n_steps % save_every:
         raise ValueError(
             f"save_every = {save_every!r} does not divide n_steps = {n_steps}. Fix: choose save_every >= 1 with n_steps % save_every == 0."
         )
@@ -218,6 +225,7 @@ def rollout(
         check_mechanism_state(model, state0)
     if is_concrete(model.inertia):
         validate_inertia("model.inertia", model.inertia)
+    validate_mass("model.mass", model.mass)
     if batch_chunk is None:
         on_cpu = jax.default_backend() == "cpu"
         batch_chunk = DEFAULT_CHUNK if model.joints and on_cpu else 0

@@ -31,7 +31,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from .._analysis.checks import check_mechanism_state
-from .._body import validate_inertia
+from .._body import validate_inertia, validate_mass
 from .._engine.joints import joint_terms
 from .._engine.layout import to_components
 from .._engine.projection import norm_rows
@@ -159,6 +159,7 @@ def _probe(sample, key):
     model.check_state(state)
     check_mechanism_state(model, state)
     validate_inertia("sample(key, 0): model.inertia", model.inertia)
+    validate_mass("sample(key, 0): model.mass", model.mass)
     return model, state
 
 
