@@ -93,6 +93,7 @@ class Body(eqx.Module):
             inertia = inertia.astype(jnp.result_type(float))  # JAX's default float
         if inertia.shape == (3,):
             inertia = jnp.diag(inertia)
+        check_shape(f"{name}.inertia", inertia, (3, 3))
         if inertia.shape != (3, 3):  # (3, 3, 3) would silently become a batch of bodies
             fail(
                 f"{name}.inertia",
