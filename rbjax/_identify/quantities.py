@@ -186,27 +186,35 @@ def _user(fn: Callable, params) -> dict[str, tuple[Any, str]]:
     return out
 
 
+def _linearise(fn: Callable | None, params, free):
+    """(names, units, values, G = ∂values/∂θ) of the quantities ``fn(params)`` (default
+    :func:`physical`) at the estimate, θ the free leaves (``jax.jacfwd``)."""
+    dyn, fixed = eqx.partition(params, free)
+    flat, unravel = ravel_pytree(dyn)
+
+    def table(p):
+        return physical(p, params) if fn is None else _user(fn, p)
+
+    def values(v):
+        t = table(eqx.combine(unravel(v), fixed))
+        return jnp.stack([jnp.asarray(x, flat.dtype) for x, _ in t.values()])
+
+    t0 = table(params)
+    if not t0:
+        fail("quantities(fn)", fn, "returns no array", "return a pytree of float arrays")
+    with jax.numpy_dtype_promotion("standard"):
+        g = np.asarray(jax.jacfwd(values)(flat), dtype=np.float64)
+        val = np.asarray(values(flat), dtype=np.float64)
+    return tuple(t0), tuple(u for _, u in t0.values()), val, g
+
+
 def propagate(
     fn: Callable | None, params, free, pinv: np.ndarray, null: np.ndarray, scale: np.ndarray
 ) -> Quantities:
     """The quantities ``fn(params)`` (default :func:`physical`) at the estimate, their
     covariance G (JᵀJ)⁺ Gᵀ, and inf for those that change along a null direction. Only
     quantities that depend on the free parameters are kept."""
-    dyn, fixed = eqx.partition(params, free)
-    flat, unravel = ravel_pytree(dyn)
-
-    def values(v):
-        p = eqx.combine(unravel(v), fixed)
-        table = physical(p, params) if fn is None else _user(fn, p)
-        return jnp.stack([jnp.asarray(x, flat.dtype) for x, _ in table.values()])
-
-    table = physical(params) if fn is None else _user(fn, params)
-    if not table:
-        fail("quantities(fn)", fn, "returns no array", "return a pytree of float arrays")
-    names, units = tuple(table), tuple(u for _, u in table.values())
-    with jax.numpy_dtype_promotion("standard"):
-        g = np.asarray(jax.jacfwd(values)(flat), dtype=np.float64)
-        val = np.asarray(values(flat), dtype=np.float64)
+    names, units, val, g = _linearise(fn, params, free)
     keep = np.any(g != 0.0, axis=1)
     g, val = g[keep], val[keep]
     names = tuple(n for n, k in zip(names, keep, strict=True) if k)
@@ -226,19 +234,7 @@ def hints(params, free, null: np.ndarray, scale: np.ndarray) -> tuple[str, ...]:
     or a known mass, fixes the scale), else the quantities the data see only in combination."""
     if not null.shape[1]:
         return ()
-    dyn, fixed = eqx.partition(params, free)
-    flat, unravel = ravel_pytree(dyn)
-    table = physical(params)
-    names = list(table)
-    units = [u for _, u in table.values()]
-
-    def values(v):
-        t = physical(eqx.combine(unravel(v), fixed), params)
-        return jnp.stack([jnp.asarray(x, flat.dtype) for x, _ in t.values()])
-
-    with jax.numpy_dtype_promotion("standard"):
-        g = np.asarray(jax.jacfwd(values)(flat), dtype=np.float64)
-        val = np.asarray(values(flat), dtype=np.float64)
+    names, units, val, g = _linearise(None, params, free)
     out = []
     changes = _moved(g, null, scale, 1e-3)
     for k in range(null.shape[1]):
