@@ -110,20 +110,62 @@ class AbstractForce(eqx.Module):
         """The engine's resultants on its arrays. Default: :meth:`wrench` per system."""
         return kernels.resultants_per_system(self, model, t, q, u)
 
+    def _engine_potential(self, model, t, q) -> Array | None:
+        """The potential energy V [J] of the force's conservative part, shape (*batch,), on the
+        engine's arrays (``t`` (*batch, 1), ``q`` (7, *batch, nb)), such that the resultants of
+        that part are the generalized force −∂V/∂q; :func:`rbjax.potential_energy` adds it.
+        None (the default) for a force that does not derive from a potential."""
+        return None
 
+    def _energy_balance(self, model) -> str | None:
+        """Static, from the structure of ``model`` and concrete values only: "conservative"
+        when the force is exactly the gradient of :meth:`_engine_potential` on every motion
+        the model allows, "dissipative" when it is that plus a damping force whose power is
+        never positive, None otherwise (the default: the force may do any work). Read by
+        :func:`rbjax.energy_balance`."""
+        return None
+
+
+def _frame(name: str, frame, default: str, meaning: dict[str, str]) -> str:
+    """Validate the static ``frame`` option of a one-body force: "body" or "world"."""
+    if not isinstance(frame, str) or frame not in meaning:
+        fail(
+            f"{name}.frame",
+            frame,
+            "is not a frame",
+            " or ".join(f'frame="{k}" ({v})' for k, v in meaning.items())
+            + f'; the default is "{default}"',
+        )
+    return frame
+
+
+@validates_inputs
 class PointForce(AbstractForce):
-    """A constant world-frame force acting at a material point of one body (Möller & Glocker 2012, eq. (75)).
+    """A constant force acting at a material point of one body (Möller & Glocker 2012, eq. (75)).
 
     ``point_body`` is ϱ, the point in body axes relative to the centre of mass in the reference
-    configuration. For a rigid body the moment is M_C = ϱ x (Rᵀ f); for a scalable body the
-    same point also feels the scaling force S_C = ϱᵀ Rᵀ f.
+    configuration. ``force_world`` holds the force's components in the frame named by the
+    static ``frame``:
+
+    * ``frame="world"`` (default): f is fixed in the world frame, F = f;
+    * ``frame="body"``: f̄ is fixed in the body frame and turns with the body (a thruster),
+      F = R f̄ (the pure rotation R of A: the magnitude |f̄| stays the same on a scalable body).
+
+    With the force in body axes f̄ = Rᵀ F the resultants are (eq. (75))
+
+        F,    S_C = ϱᵀ f̄,    M_C = ϱ × f̄,
+
+    so a rigid body feels the moment M_C = ϱ × f̄ about its centre of mass and a scalable body
+    also the scaling force S_C. The field keeps its name ``force_world`` for every frame (the
+    parameter path ``forces[k].force_world`` and model files stay as they were).
     """
 
     body: int = eqx.field(static=True)
     point_body: Float[Array, "3"]
     force_world: Float[Array, "3"]
+    frame: str = eqx.field(static=True)
 
-    def __init__(self, body: int, point_body, force_world):
+    def __init__(self, body: int, point_body, force_world, *, frame: str = "world"):
         check_shape("PointForce.point_body", point_body, (3,))
         check_shape("PointForce.force_world", force_world, (3,))
         check_finite("PointForce.point_body", point_body, "give a finite point in metres")
@@ -131,6 +173,12 @@ class PointForce(AbstractForce):
         self.body = int(body)
         self.point_body = jnp.asarray(point_body)
         self.force_world = jnp.asarray(force_world)
+        self.frame = _frame(
+            "PointForce",
+            frame,
+            "world",
+            {"world": "the force is fixed in the world", "body": "it turns with the body"},
+        )
 
     def bodies(self) -> tuple[int, ...]:
         return (self.body,)
@@ -138,8 +186,11 @@ class PointForce(AbstractForce):
     def wrench(self, model, t, state: State) -> Wrench:
         dtype = state.q.dtype
         attitude = state.q[self.body, 3:7]
+        f = self.force_world.astype(dtype)
+        if self.frame == "body":
+            f = quat.rotate(attitude, f)  # F = R f̄
         return Wrench.zeros(model.nb, dtype).add_point_force(
-            self.body, attitude, self.point_body.astype(dtype), self.force_world.astype(dtype)
+            self.body, attitude, self.point_body.astype(dtype), f
         )
 
     _engine_kernel = staticmethod(kernels.point_force)  # several evaluated together
@@ -149,24 +200,51 @@ class PointForce(AbstractForce):
         return kernels.point_force(self, model, t, q, u)
 
 
+@validates_inputs
 class BodyTorque(AbstractForce):
-    """A constant torque given in the body frame, acting on one body [N m]."""
+    """A constant torque on one body [N m], given in the body frame or in the world frame.
+
+    ``torque_body`` holds the torque's components in the frame named by the static ``frame``:
+
+    * ``frame="body"`` (default): τ̄ is fixed in the body frame and turns with the body; it is
+      the body-frame moment resultant itself, M_C = τ̄ (Möller & Glocker 2012, eq. (75)).
+    * ``frame="world"``: τ is fixed in the world frame (a couple whose moment keeps its world
+      direction), M_C = Rᵀ τ / s with s = |A|² (1 for a rigid body); the 1/s makes M_C
+      conjugate to ω̄, the body angular velocity scaled by s, so the power is τᵀ ω_world
+      (Möller & Glocker 2012, eq. (49); the same couple as :meth:`Wrench.add_couple`).
+
+    F = 0 and S_C = 0 in both frames. On a rigid body the two agree when τ = R τ̄; on a
+    scalable body the body-frame torque is the material moment (its world moment is s R τ̄).
+    The field keeps its name ``torque_body`` for every frame (the parameter path
+    ``forces[k].torque_body`` and model files stay as they were).
+    """
 
     body: int = eqx.field(static=True)
     torque_body: Float[Array, "3"]
+    frame: str = eqx.field(static=True)
 
-    def __init__(self, body: int, torque_body):
+    def __init__(self, body: int, torque_body, *, frame: str = "body"):
         check_shape("BodyTorque.torque_body", torque_body, (3,))
         check_finite("BodyTorque.torque_body", torque_body, "give a finite torque in N m")
         self.body = int(body)
         self.torque_body = jnp.asarray(torque_body)
+        self.frame = _frame(
+            "BodyTorque",
+            frame,
+            "body",
+            {"body": "the torque turns with the body", "world": "it is fixed in the world"},
+        )
 
     def bodies(self) -> tuple[int, ...]:
         return (self.body,)
 
     def wrench(self, model, t, state: State) -> Wrench:
         dtype = state.q.dtype
-        return Wrench.zeros(model.nb, dtype).add(self.body, moment_body=self.torque_body)
+        out = Wrench.zeros(model.nb, dtype)
+        tau = self.torque_body.astype(dtype)
+        if self.frame == "world":
+            return out.add_couple(self.body, state.q[self.body, 3:7], tau)
+        return out.add(self.body, moment_body=tau)
 
     _engine_kernel = staticmethod(kernels.body_torque)  # several evaluated together
     _body_fields = ("body",)
@@ -222,6 +300,22 @@ def _bodies(name: str, body_i, body_j) -> tuple[int, int]:
     return int(body_i), int(body_j)
 
 
+def _nonnegative(field: str, x, fix: str):
+    """:func:`_scalar`, and >= 0 when concrete: a negative stiffness or damping is a sign
+    mistake (an energy source) far more often than an intended model."""
+    x = _scalar(field, x, fix)
+    if is_concrete(x) and float(x) < 0:
+        fail(
+            field,
+            x,
+            "is negative: the spring pushes away from its rest position, or the damper feeds "
+            "energy in",
+            "give k >= 0 and c >= 0 (check the sign convention: the force opposes the "
+            "extension and the velocity)",
+        )
+    return x
+
+
 def _scalar(field: str, x, fix: str):
     """A finite scalar leaf as a floating array (ValueError naming ``field`` otherwise)."""
     if np.shape(x) != ():
@@ -253,6 +347,47 @@ def _actuator(name: str, h):
             "(or an equinox Module with __call__ whose array fields are its parameters), or None."
         )
     return h
+
+
+# joints that keep their axes z_i, z_j parallel (they contain z_i ⟂ x_j, y_j)
+_PARALLEL_AXES = ("Revolute", "Cylindrical", "Translational", "Fixed", "Parallel")
+
+
+def _on_parallel_joint(force, model) -> bool:
+    """Whether a joint of ``model`` between the RSDA's two bodies keeps the RSDA's axis
+    parallel on both: a Revolute, Cylindrical, Translational, Fixed or Parallel joint whose
+    axis on body i is along ``axis_i`` (checked when the vectors are concrete)."""
+    pair = (force.body_i, force.body_j)
+    for joint, bodies in zip(model.joints, model.topology.joint_bodies, strict=True):
+        if type(joint).__name__ not in _PARALLEL_AXES or type(joint).__module__ != "rbjax._joints":
+            continue
+        if bodies == pair:
+            on_i = joint.z_i
+        elif bodies == pair[::-1]:
+            on_i = joint.z_j
+        else:
+            continue
+        if not is_concrete((on_i, force.axis_i)):
+            return True
+        a, b = np.asarray(on_i, float), np.asarray(force.axis_i, float)
+        if np.linalg.norm(np.cross(a, b)) <= 1e-9 * np.linalg.norm(a) * np.linalg.norm(b):
+            return True
+    return False
+
+
+def _spring_balance(force) -> str | None:
+    """The energy balance of a spring–damper: None with an actuator (it may do any work) or a
+    negative damping (it feeds energy in), "conservative" when the damping is concretely 0,
+    "dissipative" otherwise (a traced damping counts as dissipative)."""
+    if force.actuator is not None:
+        return None
+    c = force.damping
+    if not is_concrete(c):
+        return "dissipative"
+    c = np.asarray(c)
+    if np.any(c < 0.0):
+        return None
+    return "conservative" if np.all(c == 0.0) else "dissipative"
 
 
 @validates_inputs
@@ -287,6 +422,11 @@ class TranslationalSpringDamper(AbstractForce):
     gradient contains NaN. Those terms have no limit at l = 0 in general (bounded, but along an
     undefined direction), and with l0 > 0 the force jumps there (magnitude k l0): keep the
     points apart unless l0 = 0 and c = 0.
+
+    Energy: the spring term is the gradient of V = ½ k (l − l0)², which
+    :func:`rbjax.potential_energy` includes (for every configuration and formulation, scalable
+    bodies too: the force acts at material points). The damping power −c l̇² is never positive;
+    the actuator's work is not described by a potential.
     """
 
     body_i: int = eqx.field(static=True)
@@ -314,10 +454,10 @@ class TranslationalSpringDamper(AbstractForce):
         self.body_i, self.body_j = _bodies(name, body_i, body_j)
         self.s_i = _vec(f"{name}.s_i", s_i)
         self.s_j = _vec(f"{name}.s_j", s_j)
-        self.stiffness = _scalar(
+        self.stiffness = _nonnegative(
             f"{name}.stiffness", stiffness, "give the stiffness k as one finite number in N/m"
         )
-        self.damping = _scalar(
+        self.damping = _nonnegative(
             f"{name}.damping", damping, "give the damping c as one finite number in N s/m"
         )
         self.rest_length = _scalar(
@@ -386,6 +526,12 @@ class TranslationalSpringDamper(AbstractForce):
     def _engine_resultants(self, model, t, q, u):
         return kernels.tsda(self, model, t, q, u)
 
+    def _engine_potential(self, model, t, q):
+        return kernels.tsda_potential(self, model, t, q)
+
+    def _energy_balance(self, model) -> str | None:
+        return _spring_balance(self)  # a potential in every configuration
+
 
 @validates_inputs
 class RotationalSpringDamper(AbstractForce):
@@ -417,6 +563,13 @@ class RotationalSpringDamper(AbstractForce):
     [N m s/rad], ``rest_angle`` [rad] and the vectors are differentiable leaves; ``actuator``
     h(t, θ, θ̇) -> torque [N m] is an optional JAX function of broadcastable arrays (or an
     equinox Module with differentiable fields).
+
+    Energy: :func:`rbjax.potential_energy` includes V = ½ k (θ − θ0)² (θ the same principal
+    value). Its gradient is the spring torque −k (θ − θ0) z wherever x_j ⟂ z, i.e. wherever
+    ā_j is along z, which a Revolute or Cylindrical joint keeps; for a free relative rotation
+    the torque about z alone is not a gradient (the gradient of θ has a component along x_j's
+    projection, of relative size zᵀx_j / |x_j − (zᵀx_j) z|), so V is a potential of the RSDA
+    on its documented pairing only. The damping power −c θ̇² is never positive.
     """
 
     body_i: int = eqx.field(static=True)
@@ -471,10 +624,10 @@ class RotationalSpringDamper(AbstractForce):
                     )
         self.axis_i, self.axis_j = vecs["axis_i"], vecs["axis_j"]
         self.ref_i, self.ref_j = vecs["ref_i"], vecs["ref_j"]
-        self.stiffness = _scalar(
+        self.stiffness = _nonnegative(
             f"{name}.stiffness", stiffness, "give the stiffness k as one finite number in N m/rad"
         )
-        self.damping = _scalar(
+        self.damping = _nonnegative(
             f"{name}.damping", damping, "give the damping c as one finite number in N m s/rad"
         )
         self.rest_angle = _scalar(
@@ -599,6 +752,13 @@ class RotationalSpringDamper(AbstractForce):
     def _engine_resultants(self, model, t, q, u):
         return kernels.rsda(self, model, t, q, u)
 
+    def _engine_potential(self, model, t, q):
+        return kernels.rsda_potential(self, model, t, q)
+
+    def _energy_balance(self, model) -> str | None:
+        # V is a potential only where the axes stay parallel: a joint must keep them so
+        return _spring_balance(self) if _on_parallel_joint(self, model) else None
+
 
 @validates_inputs
 class AxialSpringDamper(AbstractForce):
@@ -621,6 +781,12 @@ class AxialSpringDamper(AbstractForce):
     ``stiffness`` k [N/m], ``damping`` c [N s/m], ``rest_length`` x0 [m] (any sign) and the
     vectors are differentiable leaves; ``actuator`` h(t, x, ẋ) -> force [N] is an optional JAX
     function or equinox Module (:class:`rbjax.Actuator`).
+
+    Energy: :func:`rbjax.potential_energy` includes V = ½ k (x − x0)². For a rigid body i its
+    gradient is the spring force in every configuration: a virtual motion changes x by
+    δx = zᵀ(δP_j − δP_i'), with P_i' the material point of body i at P_j where −f z acts (the
+    turn of z and the move of P_i cancel). A scalable body i adds (δs/s) x to δx, which the
+    force does not see: there V is exact only at x = 0.
     """
 
     body_i: int = eqx.field(static=True)
@@ -653,10 +819,10 @@ class AxialSpringDamper(AbstractForce):
         self.axis_i = _vec(f"{name}.axis_i", axis_i)
         if is_concrete(self.axis_i) and not np.linalg.norm(np.asarray(self.axis_i)) > 0.0:
             fail(f"{name}.axis_i", axis_i, "has zero length", "give a nonzero direction")
-        self.stiffness = _scalar(
+        self.stiffness = _nonnegative(
             f"{name}.stiffness", stiffness, "give the stiffness k as one finite number in N/m"
         )
-        self.damping = _scalar(
+        self.damping = _nonnegative(
             f"{name}.damping", damping, "give the damping c as one finite number in N s/m"
         )
         self.rest_length = _scalar(
@@ -745,3 +911,11 @@ class AxialSpringDamper(AbstractForce):
                 rho = quat.rotate_inverse(a, p_j - state.q[b, 0:3]) / quat.norm2(a)
                 out = out.add_point_force(b, a, rho, force)
         return out
+
+    def _engine_potential(self, model, t, q):
+        return kernels.axial_potential(self, model, t, q)
+
+    def _energy_balance(self, model) -> str | None:
+        if self.body_i != GROUND and model.scalable[self.body_i]:
+            return None  # body i's scaling changes x without the force doing work
+        return _spring_balance(self)

@@ -42,6 +42,7 @@ from jaxtyping import Array, Float
 
 from ._constraints import GROUND, AbstractConstraint, _check_f, _vec, _zero, axis, point
 from ._engine import kernels as cf
+from ._errors import validates_inputs
 
 
 def _unit(name, x):
@@ -186,6 +187,74 @@ def _rot_np(a):
             [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
         ]
     )
+
+
+def _configuration(where: str, q0) -> np.ndarray:
+    """One system's coordinates q0 (nb, 7) as float64 NumPy (ValueError naming the fix)."""
+    try:
+        q0 = np.asarray(q0, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{where}: q0 = {q0!r} is not an array of coordinates. Fix: pass one system's "
+            "coordinates (nb, 7), e.g. state.q."
+        ) from None
+    if q0.ndim != 2 or q0.shape[-1] != 7:
+        raise ValueError(
+            f"{where}: q0 has shape {q0.shape}, expected (nb, 7). Fix: pass one system's "
+            "coordinates, e.g. state.q (for a batch, one member: state.q[0])."
+        )
+    if not np.all(np.isfinite(q0)):
+        raise ValueError(f"{where}: q0 is not finite. Fix: pass finite coordinates.")
+    return q0
+
+
+def _placement(where: str, side: str, q0: np.ndarray, b, names):
+    """(r, A) of the joint's body ``side`` in q0: position and the 3x3 transform A = s R
+    (GROUND: 0, I). A body name resolves against ``names``."""
+    if isinstance(b, str):
+        if names is None:
+            raise ValueError(
+                f"{where}: joint.{side} = {b!r} is a body name, and no names were given to "
+                "find it in q0. Fix: pass names=model.names (or build the joint with indices)."
+            )
+        if b not in tuple(names):
+            raise ValueError(
+                f"{where}: joint.{side} = {b!r} is not in names = {list(names)}. Fix: use one "
+                "of these names, or pass the names of the model the joint belongs to."
+            )
+        b = tuple(names).index(b)
+    if isinstance(b, bool) or not isinstance(b, (int, np.integer)):
+        raise ValueError(
+            f"{where}: joint.{side} = {b!r} is not a body. Fix: use a body index, a body name "
+            "or rbjax.GROUND."
+        )
+    if b == GROUND:
+        return np.zeros(3), np.eye(3)
+    if not 0 <= b < q0.shape[0]:
+        raise ValueError(
+            f"{where}: joint.{side} = {b} is not a body of q0 (nb = {q0.shape[0]}). Fix: pass "
+            "the coordinates of the model the joint belongs to."
+        )
+    a = q0[b, 3:7]
+    s = float(a @ a)
+    if not s > 0.0:
+        raise ValueError(f"{where}: q0[{b}, 3:7] is zero. Fix: give a nonzero quaternion.")
+    return q0[b, 0:3], s * _rot_np(a / np.sqrt(s))
+
+
+def _aligned_axes(where: str, joint, A_i, A_j, tol: float = 1e-6):
+    """The world axes z_i, z_j (unit) of ``joint`` in q0, checked parallel."""
+    z_i = A_i @ np.asarray(joint.z_i, float)
+    z_j = A_j @ np.asarray(joint.z_j, float)
+    z_i, z_j = z_i / np.linalg.norm(z_i), z_j / np.linalg.norm(z_j)
+    gap = float(np.linalg.norm(np.cross(z_i, z_j)))
+    if gap > tol or float(z_i @ z_j) < 0.0:
+        raise ValueError(
+            f"{where}: q0 does not satisfy joint '{joint.name}': its axes z_i, z_j differ by "
+            f"{np.degrees(np.arctan2(gap, float(z_i @ z_j))):.3g} degrees in q0. Fix: pass a "
+            "configuration on the joint, e.g. rbjax.assemble(model, state).q."
+        )
+    return z_i, z_j
 
 
 class Spherical(AbstractJoint):
@@ -338,7 +407,9 @@ class RotationDriver(AbstractJoint):
 
     Residual (y_iᵀx_j) cos θ − (x_iᵀx_j) sin θ = sin(φ − θ) for the actual angle φ: smooth
     for all θ, so drivers can turn through any number of revolutions. ``f`` is θ(t) [rad]: any
-    JAX function of t, or an equinox Module with differentiable parameters.
+    JAX function of t, or an equinox Module with differentiable parameters. Build it on an
+    existing hinge with :meth:`on` (the angle measured from a configuration), or from world
+    data with :meth:`at`.
     """
 
     _vectorised: ClassVar[bool] = True
@@ -349,6 +420,59 @@ class RotationDriver(AbstractJoint):
         super().__init__(body_i, body_j, **kwargs)
         self.f = _check_f(self.name, f)
 
+    @classmethod
+    @validates_inputs
+    def on(
+        cls,
+        joint: AbstractJoint,
+        q0,
+        f: Callable = _zero,
+        *,
+        names=None,
+        name: str | None = None,
+    ) -> RotationDriver:
+        """Drive the rotation about an existing :class:`Revolute` (or :class:`Cylindrical`)
+        ``joint``, measured from the configuration ``q0`` (nb, 7): φ(t) = f(t) [rad].
+
+        φ is the angle of body j relative to body i about the joint axis z_i (right-handed,
+        world direction A_i z̄_i), zero in q0: the driver keeps the joint's bodies, point and
+        axes (z̄_i, x̄_i, z̄_j, s̄_i, s̄_j, so its reaction is reported about the hinge point in
+        the hinge frame) and takes x̄_j = A_jᵀ A_i x̄_i from q0 (projected ⟂ z̄_j), so no
+        reference vector needs aligning by hand. f(0) = 0 holds the initial angle (the default
+        f ≡ 0 locks the hinge); f(0) ≠ 0 starts off the driver (assemble the state first).
+        ``names`` (e.g. ``model.names``) resolves a joint that names its bodies; ``name``
+        defaults to the joint's name + "_driver". ValueError if ``joint`` is not a hinge or q0
+        is not a configuration of it (its axes must be parallel in q0).
+        """
+        where = f"{cls.__name__}.on"
+        if not isinstance(joint, (Revolute, Cylindrical)):
+            raise ValueError(
+                f"{where}: joint = {type(joint).__name__} ({getattr(joint, 'name', joint)!r}) "
+                "is not a hinge. Fix: pass a rbjax.Revolute or rbjax.Cylindrical joint (drive a "
+                "Translational one with rbjax.TranslationDriver.on)."
+            )
+        q0 = _configuration(where, q0)
+        _, A_i = _placement(where, "body_i", q0, joint.body_i, names)
+        _, A_j = _placement(where, "body_j", q0, joint.body_j, names)
+        _aligned_axes(where, joint, A_i, A_j)
+        x_world = A_i @ np.asarray(joint.x_i, float)
+        x_j = np.linalg.solve(A_j, x_world)  # A_j⁻¹ = Rᵀ/s: the direction in body j axes
+        z_j = _unit(f"{where} joint.z_j", np.asarray(joint.z_j, float))
+        x_j = _unit(f"{where} x_j", x_j - (x_j @ z_j) * z_j)
+        name = f"{joint.name}_driver" if name is None else name
+        return cls(
+            joint.body_i,
+            joint.body_j,
+            _check_f(name, f),
+            s_i=np.asarray(joint.s_i, float),
+            s_j=np.asarray(joint.s_j, float),
+            z_i=np.asarray(joint.z_i, float),
+            z_j=z_j,
+            x_i=np.asarray(joint.x_i, float),
+            x_j=x_j,
+            name=name,
+        )
+
     def residual(self, qi, qj, t):
         (xi, yi, _), (xj, _, _) = self.frames(qi, qj)
         th = self.f(t)
@@ -357,7 +481,8 @@ class RotationDriver(AbstractJoint):
 
 class TranslationDriver(AbstractJoint):
     """Prescribes the displacement f(t) of P_j from P_i along z_i: z_iᵀd_ij − f(t) = 0 (1 row;
-    DP2 with a driver). Pair it with a Translational joint."""
+    DP2 with a driver). Pair it with a Translational joint; build it on one with :meth:`on`
+    (the displacement measured from a configuration), or from world data with :meth:`at`."""
 
     _vectorised: ClassVar[bool] = True
 
@@ -366,6 +491,55 @@ class TranslationDriver(AbstractJoint):
     def __init__(self, body_i, body_j, f: Callable = _zero, **kwargs):
         super().__init__(body_i, body_j, **kwargs)
         self.f = _check_f(self.name, f)
+
+    @classmethod
+    @validates_inputs
+    def on(
+        cls,
+        joint: AbstractJoint,
+        q0,
+        f: Callable = _zero,
+        *,
+        names=None,
+        name: str | None = None,
+    ) -> TranslationDriver:
+        """Drive the slide of an existing :class:`Translational` (or :class:`Cylindrical`)
+        ``joint``, measured from the configuration ``q0`` (nb, 7): x(t) = f(t) [m].
+
+        x = z_iᵀ(P_j − P_i) is the displacement of body j relative to body i along the joint
+        axis z_i (world direction A_i z̄_i), zero in q0: the driver keeps the joint's bodies,
+        axes and P_i = r_i + A_i s̄_i, and takes for P_j the material point of body j at P_i in
+        q0, s̄_j = A_j⁻¹(P_i − r_j), which stays on the joint's axis line. f(0) = 0 holds the
+        initial position (the default f ≡ 0 locks the slider); f(0) ≠ 0 starts off the driver
+        (assemble the state first). ``names`` and ``name`` as for
+        :meth:`RotationDriver.on`. ValueError if ``joint`` is not a slider or q0 is not a
+        configuration of it (its axes must be parallel in q0).
+        """
+        where = f"{cls.__name__}.on"
+        if not isinstance(joint, (Translational, Cylindrical)):
+            raise ValueError(
+                f"{where}: joint = {type(joint).__name__} ({getattr(joint, 'name', joint)!r}) "
+                "is not a slider. Fix: pass a rbjax.Translational or rbjax.Cylindrical joint "
+                "(drive a Revolute one with rbjax.RotationDriver.on)."
+            )
+        q0 = _configuration(where, q0)
+        r_i, A_i = _placement(where, "body_i", q0, joint.body_i, names)
+        r_j, A_j = _placement(where, "body_j", q0, joint.body_j, names)
+        _aligned_axes(where, joint, A_i, A_j)
+        p_i = r_i + A_i @ np.asarray(joint.s_i, float)
+        name = f"{joint.name}_driver" if name is None else name
+        return cls(
+            joint.body_i,
+            joint.body_j,
+            _check_f(name, f),
+            s_i=np.asarray(joint.s_i, float),
+            s_j=np.linalg.solve(A_j, p_i - r_j),
+            z_i=np.asarray(joint.z_i, float),
+            z_j=np.asarray(joint.z_j, float),
+            x_i=np.asarray(joint.x_i, float),
+            x_j=np.asarray(joint.x_j, float),
+            name=name,
+        )
 
     def residual(self, qi, qj, t):
         (_, _, zi), _ = self.frames(qi, qj)

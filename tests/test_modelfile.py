@@ -144,7 +144,10 @@ def test_save_refuses_what_a_file_cannot_hold(tmp_path):
     body = rbjax.Body(1.0, [1.0, 1.0, 1.0])
     path = tmp_path / "m.toml"
     with pytest.raises(ValueError, match=r"forces\[0\] is a ForceFunction"):
-        rbjax.save(path, rbjax.Model(body, forces=[rbjax.ForceFunction(lambda t, s, p: None)]))
+        law = rbjax.ForceFunction(
+            lambda t, s, p: (0.0 * s.q[:, :3], 0.0 * s.q[:, 3], 0.0 * s.q[:, :3])
+        )
+        rbjax.save(path, rbjax.Model(body, forces=[law]))
     q = np.array([[0.0, 0, -1, 1, 0, 0, 0]])
     lam = rbjax.RotationDriver.at(
         q, rbjax.GROUND, 0, point=[0, 0, 0], axis=[0, 1, 0], f=lambda t: t

@@ -99,21 +99,35 @@ def resultants_per_system(force, model, t, q, u) -> Resultants:
 
 
 def point_force(force, model, t, q, u, bodies=None) -> Resultants:
-    """rbjax.PointForce: a world force at a body point (Möller & Glocker 2012, eq. (75)).
-    ``bodies``: the body index (default ``(force.body,)``; see :func:`total_resultants`)."""
+    """rbjax.PointForce: a force at a body point (Möller & Glocker 2012, eq. (75)), fixed in the
+    world (``frame="world"``: F = f) or in the body (``frame="body"``: F = R f̄, and then
+    S_C = ϱᵀ f̄, M_C = ϱ × f̄ directly). ``bodies``: the body index (default
+    ``(force.body,)``; see :func:`total_resultants`)."""
     (body,) = (force.body,) if bodies is None else bodies
     mask = _onehot(body, model.nb, q.dtype)
     f = system_vector(force.force_world, q)
     rho = system_vector(force.point_body, q)
-    return _at_point(q[3:7], rho, f, mask)
+    p = q[3:7]
+    if force.frame == "world":
+        return _at_point(p, rho, f, mask)
+    f_world = cf.rotate(p, f)
+    zero = jnp.zeros_like(f_world)
+    return Resultants(
+        F=f_world * mask,
+        S=cf.dot3(rho, f) * mask + zero[0],
+        M=cf.cross(rho, f) * mask + zero,
+    )
 
 
 def body_torque(force, model, t, q, u, bodies=None) -> Resultants:
-    """rbjax.BodyTorque: a body-frame torque."""
+    """rbjax.BodyTorque: a torque fixed in the body (``frame="body"``: M_C = τ̄) or in the world
+    (``frame="world"``: the couple M_C = Rᵀ τ / s, :func:`_pure_torque`)."""
     (body,) = (force.body,) if bodies is None else bodies
     mask = _onehot(body, model.nb, q.dtype)
     tau = system_vector(force.torque_body, q)
     zero3 = jnp.zeros_like(q[0:3])
+    if force.frame == "world":
+        return _pure_torque(q[3:7], tau + zero3, mask)
     return Resultants(F=zero3, S=jnp.zeros_like(q[0]), M=tau * mask + zero3)
 
 
@@ -206,6 +220,53 @@ def rsda(force, model, t, q, u, bodies=None) -> Resultants:
     return _sum(parts)
 
 
+# ------------------------------------------------------- potentials of the springs
+
+
+def _placed(q, b, s, free=True):
+    """World point r + A s̄ (``free``) or direction A s̄ of body b, component-first (3, ..., 1);
+    GROUND: s̄ itself (world data)."""
+    s = system_vector(jnp.asarray(s, q.dtype), q)
+    if _is_ground(b):
+        return s
+    qb = q[..., b : b + 1]
+    return point(qb, s) if free else cf.transform(qb[3:7], s)
+
+
+def tsda_potential(force, model, t, q) -> Array:
+    """V = ½ k (l − l0)² [J], (*batch,), of rbjax.TranslationalSpringDamper: the potential of
+    its spring term k (l − l0) e (ME751 TSDA, Negrut ME751). l by the same double ``where`` as
+    the force, so ∂V/∂d = k (l − l0) e away from l = 0 and 0 at l = 0, where the force is
+    k d = 0."""
+    d = _placed(q, force.body_j, force.s_j) - _placed(q, force.body_i, force.s_i)
+    l2 = cf.dot3(d, d)
+    safe = l2 > 0.0
+    length = jnp.where(safe, jnp.sqrt(jnp.where(safe, l2, 1.0)), 0.0)
+    k = jnp.asarray(force.stiffness, q.dtype)
+    stretch = length - jnp.asarray(force.rest_length, q.dtype)
+    return (0.5 * k * stretch * stretch)[..., 0]
+
+
+def rsda_potential(force, model, t, q) -> Array:
+    """V = ½ k (θ − θ0)² [J], (*batch,), of rbjax.RotationalSpringDamper, θ the principal
+    value of :func:`rsda_geometry` (ME751 RSDA, Negrut ME751)."""
+    _, _, _, theta, _ = rsda_geometry(force, q, jnp.zeros_like(q))
+    k = jnp.asarray(force.stiffness, q.dtype)
+    bend = theta - jnp.asarray(force.rest_angle, q.dtype)
+    return (0.5 * k * bend * bend)[..., 0]
+
+
+def axial_potential(force, model, t, q) -> Array:
+    """V = ½ k (x − x0)² [J], (*batch,), of rbjax.AxialSpringDamper, x = zᵀ (P_j − P_i) with
+    the unit axis z = A_i ā_i / |A_i ā_i|."""
+    z = _placed(q, force.body_i, force.axis_i, free=False)
+    z = z / jnp.sqrt(cf.dot3(z, z))
+    x = cf.dot3(z, _placed(q, force.body_j, force.s_j) - _placed(q, force.body_i, force.s_i))
+    k = jnp.asarray(force.stiffness, q.dtype)
+    stretch = x - jnp.asarray(force.rest_length, q.dtype)
+    return (0.5 * k * stretch * stretch)[..., 0]
+
+
 def _group_key(force):
     """Forces evaluated together: the same built-in type (``_engine_kernel``), the same sides on
     the ground, and the same fields apart from the bodies, every one an array of the same shape
@@ -220,6 +281,11 @@ def _group_key(force):
             sig.append((fld.name, getattr(force, fld.name) == GROUND))
             continue
         v = getattr(force, fld.name)
+        if fld.metadata.get("static", False):  # an option such as PointForce.frame
+            if not isinstance(v, (str, bool, int, float, type(None))):
+                return None
+            sig.append((fld.name, "static", v))
+            continue
         if v is None:
             sig.append((fld.name, None))
         elif eqx.is_array(v):
@@ -247,10 +313,12 @@ def _group_resultants(group, model, t, q, u) -> Resultants:
     one-hot of the traced index). A robot's motor on every joint is one kernel in the
     program instead of one per joint, forward and reverse."""
     first, cls = group[0], type(group[0])
-    names = [
+    names = [  # the array fields; static options are the same across the group (its key)
         f.name
         for f in dataclasses.fields(first)
-        if f.name not in cls._body_fields and getattr(first, f.name) is not None
+        if f.name not in cls._body_fields
+        and not f.metadata.get("static", False)
+        and getattr(first, f.name) is not None
     ]
     stacked = [jnp.stack([getattr(f, n) for f in group]) for n in names]
     sides = [n for n in cls._body_fields if getattr(first, n) != GROUND]

@@ -37,8 +37,8 @@ the standard library (``tomllib``); JSON has no comments and YAML's implicit typ
 
     [[forces]]
     type = "RotationalSpringDamper"        # TranslationalSpringDamper, AxialSpringDamper,
-    body_i = "ground"                      # PointForce, BodyTorque
-    body_j = "crank"
+    body_i = "ground"                      # PointForce, BodyTorque (frame = "body" or
+    body_j = "crank"                       # "world": optional, default as in the class)
     axis_i = [0.0, 1.0, 0.0]
     ...
     [forces.actuator]                      # optional: rbjax.Actuator
@@ -119,6 +119,11 @@ _FORCES: dict[str, tuple[type, tuple[str, ...], tuple[str, ...]]] = {
         ("body_i", "body_j"),
         ("s_i", "s_j", "axis_i", "stiffness", "damping", "rest_length"),
     ),
+}
+# static options of a force: type -> {field: default}; written only when not the default
+_FORCE_OPTIONS: dict[str, dict[str, str]] = {
+    "PointForce": {"frame": "world"},
+    "BodyTorque": {"frame": "body"},
 }
 _FORMULATIONS = {
     "ScalableDAE": ScalableDAE,
@@ -329,10 +334,11 @@ def _force(p, f, body):
     cls, body_fields, params = _FORCES[kind]
     actuated = kind in ("TranslationalSpringDamper", "RotationalSpringDamper", "AxialSpringDamper")
     required = params if kind in ("PointForce", "BodyTorque") else ()
+    options = _FORCE_OPTIONS.get(kind, {})
     _keys(
         p,
         f,
-        ("type", *body_fields, *params, *(("actuator",) if actuated else ())),
+        ("type", *body_fields, *params, *options, *(("actuator",) if actuated else ())),
         ("type", *body_fields, *required),
     )
     bodies = [body(f"{p}.{b}", f[b]) for b in body_fields]
@@ -346,8 +352,14 @@ def _force(p, f, body):
     }
     if "actuator" in f:
         kwargs["actuator"] = _actuator(f"{p}.actuator", f["actuator"])
+    for key in options:
+        if key in f:
+            if not isinstance(f[key], str):
+                _err(f"{p}.{key}", f"is {f[key]!r}, not a string", f'write e.g. {key} = "world"')
+            kwargs[key] = f[key]
     if kind in ("PointForce", "BodyTorque"):
-        return _wrap(p, cls, bodies[0], *(kwargs[k] for k in params))
+        vectors = [kwargs.pop(k) for k in params]
+        return _wrap(p, cls, bodies[0], *vectors, **kwargs)
     if kind == "TranslationalSpringDamper":
         return _wrap(p, cls, bodies[0], kwargs.pop("s_i"), bodies[1], kwargs.pop("s_j"), **kwargs)
     return _wrap(p, cls, *bodies, **kwargs)
@@ -483,6 +495,11 @@ def write(path, model, state: State | None = None, timestep: float | None = None
         lines += ["", "[[forces]]", f"type = {_value(kind)}"]
         lines += [f"{b} = {_value(_name_of(names, getattr(f, b)))}" for b in body_fields]
         lines += [f"{p} = {_value(getattr(f, p))}" for p in params]
+        lines += [
+            f"{key} = {_value(getattr(f, key))}"
+            for key, default in _FORCE_OPTIONS.get(kind, {}).items()
+            if getattr(f, key) != default
+        ]
         act = getattr(f, "actuator", None)
         if act is not None:
             if not isinstance(act, Actuator) or act.index is not None:
