@@ -16,6 +16,7 @@ from ._analysis.gradients import (
 )
 from ._analysis.invariants import (
     angular_momentum as angular_momentum,
+    energy_balance as energy_balance,
     kinetic_energy as kinetic_energy,
     linear_momentum as linear_momentum,
     potential_energy as potential_energy,
@@ -32,6 +33,10 @@ from ._analysis.kinematics import (
     kinematic_analysis as kinematic_analysis,
 )
 from ._analysis.mobility import Mobility as Mobility, mobility as mobility
+from ._analysis.nonfinite import (
+    NonfiniteGradient as NonfiniteGradient,
+    nonfinite_gradient as nonfinite_gradient,
+)
 from ._body import Body as Body
 from ._cache import compilation_cache as compilation_cache
 from ._constraints import GROUND as GROUND, AbstractConstraint as AbstractConstraint
@@ -107,6 +112,7 @@ from ._measures import (
     Minimum as Minimum,
 )
 from ._model import Model as Model
+from ._monitors import Plausibility as Plausibility
 from ._montecarlo.devices import use_cpu_cores as use_cpu_cores
 from ._montecarlo.runner import (
     MonteCarloResult as MonteCarloResult,

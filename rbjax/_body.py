@@ -28,38 +28,72 @@ def validate_mass(field: str, mass) -> None:
         )
 
 
+def definite_rtol(dtype) -> float:
+    """Smallest principal moment accepted, relative to the largest: 10³ ε in float64 (2.2e-13)
+    and 10 ε in float32 (1.2e-6). A moment below it is zero to rounding: a rotated
+    diag(0, 1, 1) has eigenvalues of order ±1e-17 whose sign is chance, and a body with one is
+    a point mass or an ideal rod, whose spin about that axis is undetermined (Θ⁻¹ amplifies
+    rounding by 1/rtol). A real slender rod (radius 1 mm, length 1 m) has a ratio of 6e-6."""
+    eps = float(np.finfo(np.dtype(dtype)).eps) if np.issubdtype(dtype, np.floating) else 2.2e-16
+    return max(1e3 * float(np.finfo(np.float64).eps), 10.0 * eps)
+
+
 def validate_inertia(field: str, inertia) -> None:
     """Θ must be symmetric positive definite and satisfy the triangle inequalities.
 
     The principal moments (I1, I2, I3) of a physical body obey I_i + I_j >= I_k (every mass
     element contributes ρ_j² + ρ_k² to I_i); a violation means the numbers cannot come from
-    any mass distribution. Checked only on concrete values (not under jit/vmap tracing).
+    any mass distribution. Positive definite means I1 > rtol·I3 (:func:`definite_rtol`), not
+    merely I1 > 0: a zero moment rounded to +1e-17 is still zero. Checked on concrete values;
+    under jit/vmap/grad the rollout checks the same conditions in its program.
     """
     check_shape(field, inertia, (3, 3))
     check_finite(field, inertia, "give a finite 3x3 inertia matrix in kg m^2")
     if not is_concrete(inertia):
         return
+    rtol = definite_rtol(np.asarray(inertia).dtype)
     arr = np.asarray(inertia, dtype=float).reshape(-1, 3, 3)
-    for th in arr:
+    lead = np.shape(inertia)[:-2]
+    for k, th in enumerate(arr):
+        name = field
+        if lead:
+            name += "[" + ", ".join(str(int(i)) for i in np.unravel_index(k, lead)) + "]"
         scale = max(np.abs(th).max(), 1e-300)
         if not np.allclose(th, th.T, rtol=0.0, atol=1e-12 * scale):
-            fail(field, th, "is not symmetric", "pass (Θ + Θᵀ)/2 or check the products of inertia")
+            fail(name, th, "is not symmetric", "pass (Θ + Θᵀ)/2 or check the products of inertia")
         w = np.linalg.eigvalsh(th)
-        if w[0] <= 0.0:
+        if w[0] <= rtol * max(w[2], 0.0) or w[2] <= 0.0:
             fail(
-                field,
+                name,
                 th,
-                f"is not positive definite (principal moments {w})",
-                "every principal moment of inertia must be > 0",
+                f"is not positive definite (principal moments {w}; the smallest must exceed "
+                f"{rtol:.1g} x the largest)",
+                "every principal moment of inertia must be > 0; a point mass or an ideal rod "
+                "has a zero moment: give it a physical size (a rod of radius r: m r²/2 about "
+                "its axis, a sphere of radius r: 2 m r²/5), or add its mass and inertia to the body that "
+                "carries it",
             )
         tol = 1e-12 * w.sum()
         if w[0] + w[1] < w[2] - tol:
             fail(
-                field,
+                name,
                 th,
                 f"violates the triangle inequality I1 + I2 >= I3 (principal moments {w})",
                 "no mass distribution has these moments; check units and axes",
             )
+
+
+def _is_real(x) -> bool:
+    """An int or float scalar or array (a bool, a string, a complex number is a mistake)."""
+    kind = getattr(x, "dtype", None)
+    if kind is None:
+        if isinstance(x, (str, bytes, bool)):
+            return False
+        try:
+            kind = np.asarray(x).dtype
+        except Exception:  # noqa: BLE001 - not array-like at all
+            return False
+    return np.issubdtype(kind, np.integer) or np.issubdtype(kind, np.floating)
 
 
 class Body(eqx.Module):
@@ -76,6 +110,15 @@ class Body(eqx.Module):
     name: str = eqx.field(static=True, default="body")
 
     def __init__(self, mass, inertia, *, scalable: bool = False, name: str = "body"):
+        for field, value in (("mass", mass), ("inertia", inertia)):
+            if not _is_real(value):
+                fail(
+                    f"{name}.{field}",
+                    repr(value),
+                    "is not a real number or array of them",
+                    f"pass the {field} as numbers in SI units"
+                    + (" (kg)" if field == "mass" else " (kg m², a (3, 3) or (3,) array)"),
+                )
         if is_concrete(mass):
             m = np.asarray(mass, dtype=float)
             if m.shape != ():

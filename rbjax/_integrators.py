@@ -67,12 +67,26 @@ class AbstractIntegrator(eqx.Module):
 
 
 def check_dt(dt):
+    """dt must be a real scalar (checked always: shapes and types are known under tracing)
+    and, when its value is known, positive and finite (a traced dt is checked by the rollout's
+    program: rbjax/_analysis/checks.py ``input_violations``)."""
+    fix = "pass a time step > 0 in seconds as a Python float or a 0-d float array."
+    kind = getattr(dt, "dtype", None)
+    kind = np.asarray(dt).dtype if kind is None and not isinstance(dt, str) else kind
+    if kind is None or np.issubdtype(kind, np.bool_) or not np.issubdtype(kind, np.number):
+        raise ValueError(f"dt = {dt!r} is not a number. Fix: {fix}")
+    if np.issubdtype(kind, np.complexfloating):
+        raise ValueError(f"dt = {dt!r} is complex. Fix: {fix}")
+    if np.shape(dt) != ():
+        raise ValueError(
+            f"dt has shape {np.shape(dt)}, not a scalar: one rollout takes one step size. Fix: "
+            "pass a scalar; for several step sizes, call rollout once per step size (or "
+            "jax.vmap over dt)."
+        )
     if is_concrete(dt):
         arr = np.asarray(dt)
-        if arr.shape != () or not np.isfinite(arr) or arr <= 0:
-            raise ValueError(
-                f"dt = {dt!r} is not a positive finite scalar. Fix: pass a time step > 0 in seconds."
-            )
+        if not np.isfinite(arr) or arr <= 0:
+            raise ValueError(f"dt = {dt!r} is not a positive finite scalar. Fix: {fix}")
 
 
 # |A|² − 1 and ν a rigid body may carry into ``step``: steps are chained in user loops, and
@@ -86,6 +100,14 @@ def _step(integrator, model, state: State, dt) -> State:
     """``step`` of a built-in integrator: validate, then the engine's batched kernel."""
     check_dt(dt)
     model.check_state(state, atol=STEP_DRIFT.get(jnp.dtype(state.q.dtype), 1e-3))
+    if not is_concrete(dt):  # a traced dt <= 0 would freeze or reverse time silently
+        h = jnp.asarray(dt)
+        state = eqx.error_if(
+            state,
+            ~(jnp.isfinite(h) & (h > 0)),
+            "rbjax.step: dt is not a positive finite step (checked inside the program because "
+            "dt is traced). Fix: pass a time step > 0 in seconds.",
+        )
     t, q, u = to_components(state)
     t1, q1, u1, _ = integrator._engine_step(model, t, q, u, jnp.asarray(dt, q.dtype))
     return from_components(t1, q1, u1)

@@ -19,8 +19,8 @@ from ._body import Body
 from ._constraints import AbstractConstraint
 from ._dynamics import AbstractFormulation, ScalableDAE
 from ._errors import check_finite, check_shape, fail, is_concrete, validates_inputs
-from ._forces import AbstractForce
-from ._state import State
+from ._forces import AbstractForce, ForceFunction, Wrench
+from ._state import State, fresh_tolerances
 from ._topology import GROUND, Topology, group_joints
 
 
@@ -106,6 +106,8 @@ class Model(eqx.Module):
                     "equals body_i: the force connects a body to itself",
                     "connect two different bodies (or a body and rbjax.GROUND)",
                 )
+        for i, f in enumerate(forces):
+            _check_force_output(i, f, len(bodies), dtype)
         self.forces = forces
         formulation = ScalableDAE() if formulation is None else formulation
         if not isinstance(formulation, AbstractFormulation):
@@ -161,17 +163,49 @@ class Model(eqx.Module):
         """Boolean mask (nb,) of bodies that carry the unit-length constraint |A|² = 1."""
         return jnp.asarray([not s for s in self.scalable])
 
+    def astype(self, dtype) -> Model:
+        """This model with every floating-point array (masses, inertias, gravity, force and
+        joint parameters) converted to ``dtype``: the way to run a float64-built model in
+        float32 (a state must have the model's dtype; docs/conventions.md)."""
+        dtype = jnp.dtype(dtype)
+        if not jnp.issubdtype(dtype, jnp.floating):
+            raise ValueError(
+                f"Model.astype(dtype={dtype}) is not a floating-point dtype. Fix: pass "
+                "jnp.float32 or jnp.float64."
+            )
+
+        def convert(x):
+            floating = eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.floating)
+            return jnp.asarray(x, dtype) if floating else x
+
+        return jax.tree.map(convert, self)
+
     def check_state(self, state: State, *, atol: float | None = None) -> State:
-        """Validate a state against this model (body count; rigid bodies: |A|² = 1 and ν = 0)."""
+        """Validate a state against this model (body count; one dtype; rigid bodies: |A|² = 1
+        and ν = 0)."""
+        if not isinstance(state, State):
+            raise ValueError(
+                f"state = {type(state).__name__} is not an rbjax.State. Fix: build it with "
+                "rbjax.make_state(...) or rbjax.State(t, q, u)."
+            )
+        if jnp.result_type(state.q) != jnp.result_type(self.mass):
+            raise ValueError(
+                f"State.q has dtype {jnp.result_type(state.q)} but the model's arrays are "
+                f"{jnp.result_type(self.mass)}: one computation has one dtype "
+                "(docs/conventions.md). Fix: convert the model with "
+                f"model.astype({jnp.result_type(state.q)}) or build the state with "
+                f"rbjax.make_state(..., dtype={jnp.result_type(self.mass)})."
+            )
         if state.q.shape[-2] != self.nb:
             raise ValueError(
                 f"State.q has {state.q.shape[-2]} bodies but the model has nb = {self.nb}. "
                 "Fix: build the state with one row per body."
             )
         if atol is None:  # 1e-9 in float64; 1e-5 (≈ 100 ulp) in float32
-            atol = max(1e-9, 100.0 * float(jnp.finfo(jnp.result_type(state.q)).eps))
+            atol = fresh_tolerances(jnp.result_type(state.q))[0]
         if is_concrete(state.q):
-            a2 = np.sum(np.asarray(state.q, dtype=np.float64)[..., 3:7] ** 2, axis=-1)
+            with np.errstate(over="ignore"):  # |A|² = inf for a huge quaternion: refused below
+                a2 = np.sum(np.asarray(state.q, dtype=np.float64)[..., 3:7] ** 2, axis=-1)
             bad = np.abs(a2 - 1.0) > atol
             bad = bad & np.asarray([not s for s in self.scalable])
             if np.any(bad):
@@ -197,6 +231,65 @@ class Model(eqx.Module):
                     "set nu=0 for rigid bodies, or declare the body scalable=True",
                 )
         return state
+
+
+def _check_force_output(i: int, force, nb: int, dtype) -> None:
+    """A user force law (:class:`rbjax.ForceFunction`) must return the resultants of ONE
+    system, (F (nb, 3), S_C (nb,), M_C (nb, 3)) in the model's dtype: checked once at build
+    time on abstract values (``jax.eval_shape``), so a wrong shape or dtype is a ValueError
+    naming the force instead of a broadcasting error deep in a rollout."""
+    if not isinstance(force, ForceFunction):
+        return
+    spec = jax.ShapeDtypeStruct((nb, 7), dtype)
+    scalar = jax.ShapeDtypeStruct((), dtype)
+
+    def call(t, q, u):
+        out = force.fn(t, State(t=t, q=q, u=u), force.params)
+        if isinstance(out, Wrench):
+            return (out.force_world, out.scaling, out.moment_body)
+        return tuple(out)
+
+    where = f"forces[{i}] (ForceFunction {getattr(force.fn, '__name__', 'fn')})"
+    try:
+        out = jax.eval_shape(call, scalar, spec, spec)
+    except Exception as e:  # noqa: BLE001 - reported with the force named
+        raise ValueError(
+            f"{where} cannot be evaluated on one system's state (q, u of shape ({nb}, 7)): "
+            f"{type(e).__name__}: {e}. Fix: fn(t, state, params) must return (F (nb, 3), "
+            "S_C (nb,), M_C (nb, 3)) or an rbjax.Wrench."
+        ) from e
+    expected = ((nb, 3), (nb,), (nb, 3))
+    names = ("F", "S_C", "M_C")
+    if len(out) != 3:
+        raise ValueError(
+            f"{where} returned {len(out)} values, not 3. Fix: return (F (nb, 3), S_C (nb,), "
+            "M_C (nb, 3)) or an rbjax.Wrench."
+        )
+    for name, got, shape in zip(names, out, expected, strict=True):
+        if tuple(got.shape) != shape:
+            raise ValueError(
+                f"{where} returned {name} of shape {tuple(got.shape)}, expected {shape} for a "
+                f"model of {nb} bodies. Fix: return one row per body of the model (zeros for "
+                "the bodies the force does not act on)."
+            )
+        if got.dtype != dtype:
+            raise ValueError(
+                f"{where} returned {name} of dtype {got.dtype}, but the model is {dtype}. "
+                "Fix: build the arrays from the state (e.g. jnp.zeros_like(state.q[:, :3])) or "
+                "with dtype=state.q.dtype."
+            )
+
+
+def require_model(model, field: str = "model") -> None:
+    """ValueError unless ``model`` is an rbjax.Model (a Body, a tuple of bodies or a loaded
+    file's bundle passed by mistake get the fix)."""
+    if isinstance(model, Model):
+        return
+    hint = {
+        "Body": "wrap it: rbjax.Model(body, gravity=...)",
+        "Loaded": "pass loaded.model (and loaded.state)",
+    }.get(type(model).__name__, "build one with rbjax.Model(bodies, ...)")
+    raise ValueError(f"{field} = {type(model).__name__} is not an rbjax.Model. Fix: {hint}.")
 
 
 def _rows(joint, dtype) -> int:

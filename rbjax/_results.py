@@ -17,10 +17,12 @@ class RESULTS(enum.IntEnum):
     successful = 0
     nonfinite = 1
     solver_failed = 2
-    # reported per sample by rbjax.monte_carlo (never by a rollout):
     implausible = 3
+    # reported per sample by rbjax.monte_carlo (never by a rollout):
     nonfinite_measure = 4
     invalid_sample = 5
+    # reported by a rollout whose traced inputs fail the build-time checks:
+    invalid_input = 6
 
     @property
     def message(self) -> str:
@@ -31,10 +33,17 @@ _MESSAGES = {
     RESULTS.successful: "",
     RESULTS.nonfinite: "the state became non-finite (NaN or inf)",
     RESULTS.solver_failed: "the implicit solver did not converge",
-    RESULTS.implausible: "a Drift monitor exceeded its limit",
+    RESULTS.implausible: (
+        "the result is implausible: a plausibility monitor (rbjax.Plausibility) or a Drift "
+        "measure's limit was exceeded"
+    ),
     RESULTS.nonfinite_measure: "a measure's value is not finite",
     RESULTS.invalid_sample: (
         "the sampled initial state violates the model (a rigid body's |A|² ≠ 1 or ν ≠ 0, or "
         "a joint's position or velocity equations)"
+    ),
+    RESULTS.invalid_input: (
+        "an input failed the checks run inside the program (traced dt, masses, inertias, "
+        "gravity or initial state)"
     ),
 }

@@ -10,6 +10,9 @@ batched rollout fast on CPU; the same function also works under ``jax.vmap``, ``
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
+import warnings
 from collections.abc import Sequence
 from fractions import Fraction
 
@@ -19,13 +22,17 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from ._analysis.checks import check_mechanism_state
+from ._analysis.checks import INPUT_CHECKS, check_mechanism_state, input_violations
+from ._analysis.invariants import energy_balance
 from ._body import validate_inertia, validate_mass
 from ._engine.layout import to_components
-from ._engine.rollout import DEFAULT_CHUNK, chunked, integrate
+from ._engine.monitors import Spec
+from ._engine.rollout import DEFAULT_CHUNK, chunked, integrate, watch
 from ._errors import is_concrete, validates_inputs
 from ._integrators import RK4, AbstractIntegrator, check_dt
 from ._measures import check_measures
+from ._model import require_model
+from ._monitors import Plausibility
 from ._results import RESULTS
 from ._state import State
 
@@ -37,10 +44,16 @@ class Trajectory(eqx.Module):
     ``lam`` (*batch, T, nb + m) the formulation's multipliers at each saved state (or None): the
     scaling multiplier of each body, then the m joint equations in ``model.joints`` order;
     ``result`` (*batch,) a :class:`rbjax.RESULTS` code per system (``RESULTS.successful``,
-    ``nonfinite``: the state became non-finite, ``solver_failed``: an implicit solve failed);
-    ``failed_step`` (*batch,) the first failing step index, −1 if none;
+    ``nonfinite``: the state became non-finite, ``solver_failed``: an implicit solve failed,
+    ``implausible``: a runtime monitor exceeded its limit, ``invalid_input``: a traced input
+    failed the build-time checks);
+    ``failed_step`` (*batch,) the first failing step index (for ``implausible`` the last step
+    of the saved chunk where it was seen), −1 if none;
     ``measures`` (dict name -> (*batch, ...)) the values of ``rollout(..., measures=...)``
-    (rbjax/_measures.py), or None.
+    (rbjax/_measures.py), or None;
+    ``monitors`` (dict name -> (*batch,)) the worst value of each watched plausibility
+    quantity over the saved states ("unit_length", "joints", "energy"; rbjax/_monitors.py),
+    or None when none is watched.
     """
 
     t: Float[Array, "*batch T"]
@@ -50,6 +63,7 @@ class Trajectory(eqx.Module):
     result: Int[Array, "*batch"]
     failed_step: Int[Array, "*batch"]
     measures: dict[str, Array] | None = None
+    monitors: dict[str, Array] | None = None
 
     @property
     def states(self) -> State:
@@ -109,24 +123,94 @@ class Checkpoint(eqx.Module):
 _EVERY_STEP = Checkpoint(every=1)
 
 
+_QUANTITY = {
+    "unit_length": "| |A|² − 1 | of a rigid body",
+    "joints": "the joint residual |Φ|",
+    "energy": "the relative energy change",
+}
+
+_RESULT_FIX = {
+    RESULTS.nonfinite: "Reduce dt, check forces and initial conditions",
+    RESULTS.solver_failed: "Reduce dt, check forces and initial conditions",
+    RESULTS.implausible: (
+        "Reduce dt (or use ImplicitMidpoint or Projected(RK4())), check forces and initial "
+        "conditions; loosen a limit knowingly with monitors=rbjax.Plausibility(...) or "
+        "disable them with monitors=None"
+    ),
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class _StepMessages(Sequence[str]):
     """The error message of every (result code, step) pair, formatted only when one is raised
     (``equinox.branched_error_if`` reads ``msgs[index]`` on the host), so a rollout of any length
-    costs nothing at trace time. Index = (code − 1) · n_steps + step."""
+    costs nothing at trace time. Index = (code − 1) · n_steps + step. ``spec``: the monitors'
+    limits, named in the message of an implausible system."""
 
     n_steps: int
+    spec: Spec | None = None
 
     def __len__(self) -> int:
-        return 2 * self.n_steps
+        return 3 * self.n_steps
 
     def __getitem__(self, index):  # an int index (equinox reads one message)
         code, step = RESULTS(1 + index // self.n_steps), index % self.n_steps
+        what = code.message
+        if code == RESULTS.implausible:
+            what = "the result is implausible: a plausibility monitor exceeded its limit"
+        if code == RESULTS.implausible and self.spec is not None:
+            limits = ", ".join(
+                f"{_QUANTITY[k]} <= {v:.3g}"
+                for k, v in zip(
+                    ("unit_length", "joints", "energy"),
+                    (self.spec.unit, self.spec.joints, self.spec.energy),
+                    strict=True,
+                )
+                if v is not None
+            )
+            what = f"{what} ({limits}; the worst values are in Trajectory.monitors)"
+        where = "by step" if code == RESULTS.implausible else "at step"
         return (
-            f"rbjax.rollout: {code.message} at step {step} (step 0 advances the initial state). "
-            "Reduce dt, check forces and initial conditions, or pass throw=False and inspect "
-            "Trajectory.result / Trajectory.failed_step."
+            f"rbjax.rollout: {what} {where} {step} (step 0 advances the initial state). "
+            f"{_RESULT_FIX[code]}, or pass throw=False and inspect Trajectory.result / "
+            "Trajectory.failed_step."
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class _InputMessages(Sequence[str]):
+    """Messages of the in-program input checks (rbjax/_analysis/checks.py INPUT_CHECKS)."""
+
+    def __len__(self) -> int:
+        return len(INPUT_CHECKS)
+
+    def __getitem__(self, index):
+        field, problem = INPUT_CHECKS[index]
+        return (
+            f"rbjax.rollout: {field} {problem} (checked inside the program because the input "
+            "is traced by jax.jit, jax.vmap or jax.grad). Fix the input; call rollout outside "
+            "the transformation once to get the build-time error naming the entry, or pass "
+            "throw=False and inspect Trajectory.result (RESULTS.invalid_input)."
+        )
+
+
+def _monitor_spec(monitors, model, integrator, dtype) -> Spec | None:
+    if monitors is None:
+        return None
+    if not isinstance(monitors, Plausibility):
+        raise ValueError(
+            f"monitors = {monitors!r} is not an rbjax.Plausibility or None. Fix: pass "
+            "rbjax.Plausibility(unit_length=..., joints=..., energy=...) or None (no monitors)."
+        )
+    limits = monitors.limits(int(integrator.order), float(jnp.finfo(dtype).eps))
+    unit, joints, energy = limits
+    unit = unit if any(not s for s in model.scalable) else None
+    joints = joints if model.joints else None
+    spec = Spec.of((unit, joints, energy), energy_balance(model))
+    return spec if spec.watched else None
+
+
+_DEFAULT_MONITORS = Plausibility()
 
 
 @validates_inputs
@@ -143,6 +227,7 @@ def rollout(
     batch_chunk: int | None = None,
     checkpoint: Checkpoint | None = _EVERY_STEP,
     measures: dict | None = None,
+    monitors: Plausibility | None = _DEFAULT_MONITORS,
 ) -> Trajectory:
     """Integrate ``n_steps`` steps of size ``dt`` and save every ``save_every``-th state.
 
@@ -169,7 +254,11 @@ def rollout(
     chunking for free bodies or on a GPU/TPU backend, where the pieces would run one after
     the other (measured on an H200: a double pendulum ran 2.6e5 steps/s at every batch from
     64 to 8192 with pieces of 64, the humanoid of examples/models 8.1e5 at B = 1024 without
-    them; benchmarks/loaded.py); 0 disables it. Results do not depend on it.
+    them; benchmarks/loaded.py); 0 disables it. Results agree to rounding whatever the
+    chunk, not bit for bit: the size of a piece selects the Schur solver of a mechanism
+    (rbjax/_engine/schur.py ``method``) and the vector width XLA uses, and with them the
+    order of floating-point operations (measured: 100 double pendulums 4.6e-15, 100 free
+    bodies 5.6e-17). The same call with the same batch shape and chunk gives the same bits.
 
     ``checkpoint``: reverse-mode checkpointing, a :class:`Checkpoint` (default: every step
     recomputed in the backward pass) or ``None`` (store every step's residuals).
@@ -180,7 +269,19 @@ def rollout(
     crossings); their values are returned in ``Trajectory.measures``. Each measure's function
     sees ONE system: the model with that system's mass, inertia and gravity (other leaves
     as given) and its State.
+
+    ``monitors``: runtime plausibility limits, a :class:`rbjax.Plausibility` (default: every
+    quantity watched with the "auto" limits) or ``None``. At every saved state the rollout
+    checks | |A|² − 1 | of the rigid bodies, the joint residual and the relative energy
+    change of a passive model (rbjax/_monitors.py); a system past a limit is reported as
+    ``RESULTS.implausible`` (raised with ``throw=True``), never returned as a success.
+
+    Traced inputs (under ``jax.jit``, ``jax.vmap``, ``jax.grad``) are checked inside the
+    program on the same conditions as the build-time checks (positive dt, masses and definite
+    inertias, |A|² = 1 and ν = 0, the joints' equations): raised with ``throw=True``, reported
+    as ``RESULTS.invalid_input`` with ``throw=False``.
     """
+    require_model(model)
     integrator = RK4() if integrator is None else integrator
     if not isinstance(integrator, AbstractIntegrator):
         raise ValueError(
@@ -236,6 +337,8 @@ def rollout(
         )
     interval = _checkpoint_interval(checkpoint, int(n_steps), int(save_every))
     measures = check_measures(measures)
+    check_output_size(model, state0, int(n_steps) // int(save_every) + 1, bool(multipliers))
+    spec = _monitor_spec(monitors, model, integrator, state0.q.dtype)
     # Called with concrete inputs, the compiled program carries no error check: the result code
     # is read and raised here, on the host. A program with a host callback (equinox's
     # error_if) is never stored by JAX's persistent compilation cache, so this keeps rollouts
@@ -253,21 +356,129 @@ def rollout(
         int(batch_chunk),
         interval,
         measures,
+        spec if traced else None,
+        traced,
+        not continuing,
     )
+    if spec is not None and not traced:
+        # a separate program: the rollout's own program is then the same with or without
+        # monitors, so its states are the same bits (and a continued rollout equals one
+        # longer rollout bit for bit; XLA compiles the loop differently when the monitors
+        # share its program, measured 1e-14 apart on a double pendulum)
+        traj = _monitored(traj, model, spec, int(save_every))
     if throw and not traced:
-        _raise_on_failure(traj, int(n_steps))
+        if is_concrete(traj.result):
+            _raise_on_failure(traj, int(n_steps), spec)
+        else:  # concrete inputs, but called inside a caller's jit: check in its program
+            traj = _error_if_failed(traj, int(n_steps), spec)
     return traj
 
 
-def _raise_on_failure(traj: Trajectory, n_steps: int):
+@eqx.filter_jit
+def _monitored(traj: Trajectory, model, spec: Spec, save_every: int) -> Trajectory:
+    """The plausibility monitors of a finished rollout (rbjax/_engine/monitors.py)."""
+    nbatch = traj.result.ndim
+    saved = tuple(jnp.moveaxis(x, nbatch, 0) for x in (traj.t, traj.q, traj.u))
+    code, step, worst = watch(spec, model, saved, traj.result, traj.failed_step, save_every)
+    return eqx.tree_at(
+        lambda tr: (tr.result, tr.failed_step, tr.monitors),
+        traj,
+        (code, step, worst),
+        is_leaf=lambda x: x is None,
+    )
+
+
+def _error_if_failed(traj: Trajectory, n_steps: int, spec: Spec | None) -> Trajectory:
+    """The in-program twin of :func:`_raise_on_failure` (``equinox.branched_error_if``)."""
+    code = traj.result
+    failed = (code != int(RESULTS.successful)) & (code != int(RESULTS.invalid_input))
+    index = (jnp.clip(code, 1, 3) - 1) * n_steps + jnp.maximum(traj.failed_step, 0)
+    return eqx.branched_error_if(traj, failed, index, _StepMessages(n_steps, spec))
+
+
+# Saved output above which a rollout warns; its peak memory is about 3.5x the output (the
+# scan's stacked outputs, their move to the batch-first layout, the Trajectory): measured
+# 6.4 GB for the 1.8 GB saved by 16 bodies x 10^6 steps (issue 18).
+OUTPUT_WARN_BYTES = 2**30
+PEAK_FACTOR = 3.5
+
+
+def _available_memory() -> int | None:
+    """Bytes the default device can hold: its memory limit (GPU/TPU) or the host's physical
+    memory (CPU); None when unknown."""
+    try:
+        stats = jax.devices()[0].memory_stats() or {}
+        if stats.get("bytes_limit"):
+            return int(stats["bytes_limit"])
+    except Exception:  # noqa: BLE001 - a backend without memory statistics
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_output_size(model, state0: State, saved: int, multipliers: bool) -> int:
+    """Estimate the bytes of a rollout's saved trajectory before running it: warn above
+    :data:`OUTPUT_WARN_BYTES`, refuse (ValueError) when about 3.5x of it (the peak) exceeds
+    the device's memory. Returns the estimate."""
+    batch = jnp.broadcast_shapes(
+        state0.q.shape[:-2],
+        model.mass.shape[:-1],
+        model.inertia.shape[:-3],
+        model.gravity.shape[:-1],
+    )
+    systems = math.prod(int(b) for b in batch)
+    per_state = 14 * model.nb + 1 + ((model.nb + sum(model.joint_rows)) if multipliers else 0)
+    size = systems * saved * per_state * jnp.dtype(state0.q.dtype).itemsize
+    if size <= OUTPUT_WARN_BYTES:
+        return size
+    gib = size / 2**30
+    fix = (
+        "save fewer states (save_every=k keeps every k-th), compute statistics inside the "
+        "loop with measures={...} (rbjax.Final, Maximum, Mean, Drift, Event), or stream a "
+        "large batch through rbjax.monte_carlo (its statistics never hold every trajectory)"
+    )
+    available = _available_memory()
+    if available is not None and PEAK_FACTOR * size > available:
+        raise ValueError(
+            f"rollout would save {saved} states of {systems} system(s): {gib:.1f} GiB of output "
+            f"and about {PEAK_FACTOR * gib:.1f} GiB at its peak, more than the "
+            f"{available / 2**30:.1f} GiB of {jax.devices()[0].platform} memory. Fix: {fix}."
+        )
+    warnings.warn(
+        f"rollout will save {saved} states of {systems} system(s): {gib:.1f} GiB of output, "
+        f"about {PEAK_FACTOR * gib:.1f} GiB at its peak. If that is not intended: {fix}.",
+        ResourceWarning,
+        stacklevel=3,
+    )
+    return size
+
+
+def _raise_on_failure(traj: Trajectory, n_steps: int, spec: Spec | None = None):
     """Raise ``equinox.EquinoxRuntimeError`` (the type the in-program check raises) for the
-    first failing system of a finished rollout, with the message naming its step."""
+    first failing system of a finished rollout, with the message naming its step (and for an
+    implausible system the quantity, its worst value and the limit)."""
     codes = np.asarray(traj.result).reshape(-1)
     failed = np.flatnonzero(codes != int(RESULTS.successful))
-    if failed.size:
-        k = int(failed[0])
-        step = max(int(np.asarray(traj.failed_step).reshape(-1)[k]), 0)
-        raise eqx.EquinoxRuntimeError(_StepMessages(n_steps)[(int(codes[k]) - 1) * n_steps + step])
+    if not failed.size:
+        return
+    k = int(failed[0])
+    step = max(int(np.asarray(traj.failed_step).reshape(-1)[k]), 0)
+    code = RESULTS(int(codes[k]))
+    msg = _StepMessages(n_steps, spec)[(int(code) - 1) * n_steps + step]
+    if code == RESULTS.implausible and spec is not None and traj.monitors:
+        named = {"unit_length": spec.unit, "joints": spec.joints, "energy": spec.energy}
+        limits = {n: float(v) for n, v in named.items() if v is not None}
+        worst = {n: float(np.asarray(v).reshape(-1)[k]) for n, v in traj.monitors.items()}
+        name = max(worst, key=lambda n: worst[n] / limits[n])
+        system = f" (system {k}, flat index)" if codes.size > 1 else ""
+        msg = (
+            f"rbjax.rollout: implausible result by step {step}{system}: {_QUANTITY[name]} "
+            f"reached {worst[name]:.3g} (limit {limits[name]:.3g}). {_RESULT_FIX[code]}, or "
+            "pass throw=False and inspect Trajectory.result / Trajectory.monitors."
+        )
+    raise eqx.EquinoxRuntimeError(msg)
 
 
 def _divisors(n: int) -> list[int]:
@@ -325,12 +536,30 @@ def _rollout(
     batch_chunk,
     checkpoint,
     measures,
+    monitors=None,
+    check_inputs=False,
+    check_joints=True,
 ):
+    """The compiled rollout. ``monitors``: a monitors Spec or None; ``check_inputs``: run the
+    build-time checks inside the program (traced inputs), ``check_joints`` including the
+    joints' equations (not for a continued Trajectory)."""
+    batch = tuple(
+        jnp.broadcast_shapes(
+            state0.q.shape[:-2],
+            model.mass.shape[:-1],
+            model.inertia.shape[:-3],
+            model.gravity.shape[:-1],
+        )
+    )
+    invalid = None
+    if check_inputs:
+        invalid = input_violations(model, state0, dt, batch, joints=check_joints)
+        if throw:
+            state0 = eqx.branched_error_if(
+                state0, invalid >= 0, jnp.maximum(invalid, 0), _InputMessages()
+            )
     t, q, u = to_components(state0)
     # Broadcast the state over the batch axes of the model parameters (leading axes).
-    batch = jnp.broadcast_shapes(
-        q.shape[1:-1], model.mass.shape[:-1], model.inertia.shape[:-3], model.gravity.shape[:-1]
-    )
     nb = model.nb
 
     def lift(x, lead):  # insert missing batch axes after the ``lead`` component axes
@@ -341,12 +570,25 @@ def _rollout(
     u = jnp.broadcast_to(lift(u, 1), (7,) + batch + (nb,))
     t = jnp.broadcast_to(lift(t, 0), batch + (1,))
     h = jnp.asarray(dt, q.dtype)
-    args = (integrator, h, n_steps, save_every, multipliers, checkpoint, tuple(measures.values()))
+    args = (
+        integrator,
+        h,
+        n_steps,
+        save_every,
+        multipliers,
+        checkpoint,
+        tuple(measures.values()),
+        monitors,
+    )
     B = batch[0] if len(batch) == 1 else 0
     if batch_chunk and B > batch_chunk:
-        saved, fail_code, fail_step, values = chunked(model, t, q, u, batch, batch_chunk, args)
+        out = chunked(model, t, q, u, batch, batch_chunk, args)
     else:
-        saved, fail_code, fail_step, values = integrate(model, t, q, u, batch, *args)
+        out = integrate(model, t, q, u, batch, *args)
+    saved, fail_code, fail_step, values, watched = out
+    if invalid is not None:  # an invalid input overrides whatever the integration did
+        fail_code = jnp.where(invalid >= 0, int(RESULTS.invalid_input), fail_code)
+        fail_step = jnp.where(invalid >= 0, -1, fail_step)
     # time axis after the batch axes: (T, *batch, ...) -> (*batch, T, ...)
     nbatch = len(batch)
     saved = tuple(jnp.moveaxis(x, 0, nbatch) for x in saved)
@@ -358,10 +600,8 @@ def _rollout(
         result=fail_code,
         failed_step=fail_step,
         measures=dict(zip(measures, values, strict=True)) if measures else None,
+        monitors=watched or None,
     )
     if throw:
-        index = (fail_code - 1) * n_steps + jnp.maximum(fail_step, 0)
-        traj = eqx.branched_error_if(
-            traj, fail_code != int(RESULTS.successful), index, _StepMessages(n_steps)
-        )
+        traj = _error_if_failed(traj, n_steps, monitors)
     return traj

@@ -14,6 +14,8 @@ Positions are world frame; ω is body frame; forces are world frame; torques are
 
 from __future__ import annotations
 
+from typing import Any
+
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
@@ -22,15 +24,71 @@ from jaxtyping import Array, Float
 from ._errors import check_finite, check_shape, fail, is_concrete, validates_inputs
 
 
+def _real(field: str):
+    """Converter of a State field: integers (and Python numbers) become JAX's default float,
+    as in :class:`rbjax.Body`; floating arrays (and tracers) pass unchanged; anything else
+    (strings, booleans, complex numbers, objects) is a ValueError naming the field."""
+
+    def convert(x) -> Any:
+        kind = getattr(x, "dtype", None)
+        if kind is None:
+            try:
+                kind = np.asarray(x).dtype
+            except Exception:  # noqa: BLE001 - reported below as not numeric
+                kind = np.dtype(object)
+        if np.issubdtype(kind, np.floating):
+            return x
+        if np.issubdtype(kind, np.integer) and not np.issubdtype(kind, np.bool_):
+            return jnp.asarray(x, jnp.result_type(float))
+        raise ValueError(
+            f"State.{field} = {_short_repr(x)} has dtype {kind}, not a real number. Fix: pass "
+            "floating-point arrays (build states with rbjax.make_state)."
+        )
+
+    return convert
+
+
+def _short_repr(x) -> str:
+    text = repr(x)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def fresh_tolerances(dtype) -> tuple[float, float]:
+    """What a FRESH initial state must satisfy, one policy for every entry point (rollout,
+    the checks of traced inputs, the Monte-Carlo runner): (tolerance on a rigid body's
+    |A|² − 1 and ν, tolerance on the joints' position and velocity equations) = (1e-9, 1e-8)
+    in float64 and (100 ε, 1e-3) in float32. A state an integrator produced carries more
+    drift (RK4 at 10 ms: |A|² − 1 ≈ 1e-8 after 10⁴ steps); continuing a Trajectory skips
+    these and the runtime monitors (rbjax.Plausibility) judge it instead."""
+    eps = float(jnp.finfo(dtype).eps)
+    return max(1e-9, 100.0 * eps), (1e-8 if jnp.dtype(dtype) == jnp.float64 else 1e-3)
+
+
 @validates_inputs
 class State(eqx.Module):
-    """Time, coordinates and generalized velocities of a system (see module docstring)."""
+    """Time, coordinates and generalized velocities of a system (see module docstring).
+
+    q and u have shape (*batch, nb, 7) and one dtype; t has shape ``batch`` (or () for every
+    member at the same time). Integer inputs are converted to the default float."""
 
     t: Float[Array, "*batch"]
     q: Float[Array, "*batch nb 7"]
     u: Float[Array, "*batch nb 7"]
 
+    def __init__(self, t, q, u):
+        self.q, self.u = _real("q")(q), _real("u")(u)
+        if isinstance(t, (int, float)) and not isinstance(t, bool):
+            t = jnp.asarray(t, jnp.result_type(self.q))  # a Python number takes q's dtype
+        self.t = _real("t")(t)
+
     def __check_init__(self):
+        for name in ("q", "u"):
+            if np.ndim(getattr(self, name)) < 2:
+                raise ValueError(
+                    f"State.{name} has shape {np.shape(getattr(self, name))}: one row per body "
+                    "is needed. Fix: pass shape (nb, 7), e.g. q[None] for one body (or build "
+                    "the state with rbjax.make_state)."
+                )
         check_shape("State.q", self.q, (7,))
         check_shape("State.u", self.u, (7,))
         if np.shape(self.q) != np.shape(self.u):
@@ -38,12 +96,23 @@ class State(eqx.Module):
                 f"State.q has shape {np.shape(self.q)} but State.u has shape {np.shape(self.u)}. "
                 "Fix: q and u must both be (..., nb, 7)."
             )
+        dtypes = {k: np.dtype(jnp.result_type(getattr(self, k))) for k in ("t", "q", "u")}
+        if len(set(dtypes.values())) > 1:
+            raise ValueError(
+                f"State mixes dtypes ({', '.join(f'{k}: {v}' for k, v in dtypes.items())}). "
+                "Fix: give t, q and u one dtype (rbjax.make_state(..., dtype=...))."
+            )
+        batch = np.shape(self.q)[:-2]
+        if np.shape(self.t) not in ((), batch):
+            raise ValueError(
+                f"State.t has shape {np.shape(self.t)} but the state's batch shape is {batch}. "
+                "Fix: pass one time per system (shape batch) or one scalar time."
+            )
         check_finite("State.t", self.t, "give a finite time")
         check_finite("State.q", self.q, "positions and quaternions must be finite")
         check_finite("State.u", self.u, "velocities must be finite")
         if is_concrete(self.q):
-            a2 = np.sum(np.asarray(self.q)[..., 3:7] ** 2, axis=-1)
-            if np.any(a2 <= 0.0):
+            if np.any(np.all(np.asarray(self.q)[..., 3:7] == 0.0, axis=-1)):
                 fail(
                     "State.q[..., 3:7] (quaternion)",
                     np.asarray(self.q)[..., 3:7],

@@ -11,13 +11,15 @@ import numpy as np
 import rbjax
 
 # ---------------------------------------------------------------- tumbling bodies
-BODY = rbjax.Model(rbjax.Body(1.0, np.diag([1.0, 2.0, 2.9])), formulation=rbjax.NewtonEuler())
+BODY = rbjax.Model(rbjax.Body(1.0, np.diag([1.0, 2.0, 2.8])), formulation=rbjax.NewtonEuler())
 
 
 def body_sample(key, i):
-    """Inertia ±1 %, spin (0.01, 5, 0) + noise about the intermediate axis."""
+    """Inertia ±1 %, spin (0.01, 5, 0) + noise about the intermediate axis. I₃ = 2.8 keeps the
+    triangle inequality I₁ + I₂ ≥ I₃ 5.5 standard deviations away (with 2.9, 8 samples in
+    3000 were not physical; the runner now reports those as invalid_input)."""
     k1, k2 = jax.random.split(key)
-    inertia = jnp.array([1.0, 2.0, 2.9]) * (1 + 0.01 * jax.random.normal(k1, (3,)))
+    inertia = jnp.array([1.0, 2.0, 2.8]) * (1 + 0.01 * jax.random.normal(k1, (3,)))
     model = eqx.tree_at(lambda m: m.inertia, BODY, jnp.diag(inertia)[None])
     w = jnp.array([0.01, 5.0, 0.0]) + jnp.array([0.005, 0.2, 0.0]) * jax.random.normal(k2, (3,))
     q = jnp.array([[0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]])

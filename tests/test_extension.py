@@ -92,8 +92,11 @@ def test_user_joint_parameters_are_differentiable_like_builtin():
         model = eqx.tree_at(
             lambda m: getattr(m.joints[1], field), model, jnp.stack([-length, 0.0, 0.0])
         )
+        # the lower rod's centre at 1 + length on the x axis, moving with the upper rod's
+        # tip (v = 1) plus ω × length: consistent with both joints for every length
         q = state.q.at[1, 0].set(1.0 + length)
-        state = rbjax.State(t=state.t, q=q, u=state.u)
+        u = state.u.at[1, 1].set(1.0 + length)
+        state = rbjax.State(t=state.t, q=q, u=u)
         return rbjax.rollout(model, state, 1e-3, 100).q[-1, 1, 1]
 
     g_user = jax.jvp(lambda x: final(_user, "point_j", x), (0.5,), (1.0,))[1]

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import warnings
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -547,3 +548,17 @@ def test_loads_in_float32_when_jax_runs_in_float32():
         "float32",
         "float32",
     ]
+
+
+def test_load_with_a_dtype_converts_the_model_too():
+    """load(dtype=float32) used to convert only the state, so the rollout mixed a float64 model
+    with a float32 state (now refused: one computation, one dtype). The model comes in the
+    requested dtype and its rollout follows the float64 one to float32 accuracy."""
+    l32 = rbjax.load(MODELS / "arm7.xml", dtype=jnp.float32)
+    l64 = rbjax.load(MODELS / "arm7.xml")
+    leaves = [x for x in jax.tree.leaves(l32.model) if eqx.is_array(x)]
+    assert all(x.dtype == jnp.float32 for x in leaves if jnp.issubdtype(x.dtype, jnp.floating))
+    assert l32.state.q.dtype == jnp.float32
+    tr32 = rbjax.rollout(l32.model, l32.state, 1e-3, 50, save_every=50)
+    tr64 = rbjax.rollout(l64.model, l64.state, 1e-3, 50, save_every=50)
+    assert np.max(np.abs(np.asarray(tr32.q, np.float64) - np.asarray(tr64.q))) < 1e-4

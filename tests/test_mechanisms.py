@@ -331,7 +331,8 @@ def test_double_pendulum_baumgarte_reduces_drift(dp):
     dt = 1e-2  # coarse: 2000 steps = 20 s
     res = {}
     for key, mdl in (("none", model), ("(0,0)", m0), ("(10,10)", mb)):
-        tr = roll(mdl, st0, dt, DP_N)
+        # the drift is what this test measures: the runtime monitors would stop at 1e-2 m
+        tr = roll(mdl, st0, dt, DP_N, monitors=None)
         res[key] = dp_joint_residual(np.asarray(tr.q))
         if key == "none":
             q_none = np.asarray(tr.q)
@@ -350,6 +351,14 @@ def test_double_pendulum_baumgarte_reduces_drift(dp):
     # measured 1.7e-2 m unstabilised vs 1.8e-5 m with (10, 10)
     assert res["(10,10)"].max() < 1e-2 * res["none"].max()
     assert res["(10,10)"][-200:].max() < 1e-2 * res["none"][-200:].max()
+    # with the default monitors, the unstabilised run is reported implausible (not a silent
+    # 1.7 cm joint gap) once its residual passes 1e-2, the stabilised one succeeds
+    plain = roll(model, st0, dt, DP_N, throw=False)
+    assert int(plain.result) == rbjax.RESULTS.implausible
+    first = int(np.argmax(res["none"] > 1e-2))  # saved index = step + 1 (save_every = 1)
+    assert int(plain.failed_step) == first - 1
+    assert float(plain.monitors["joints"]) == pytest.approx(res["none"].max(), rel=0.2)
+    assert int(roll(mb, st0, dt, DP_N, throw=False).result) == rbjax.RESULTS.successful
 
 
 def test_double_pendulum_reactions_newton_euler_per_rod(dp):

@@ -376,7 +376,9 @@ def test_jvp_equals_grad_dot_direction(integrator):
     expected = jnp.dot(g_w, v_w) + jnp.sum(g_th * v_th)
     assert abs(float(expected)) > 1e-3
     assert_close(tangent, expected, rtol=1e-10, atol=1e-12)
-    assert_close(primal, value(w0, th), rtol=1e-13, atol=0)
+    # two compiled programs (the jvp's and the value's): ImplicitMidpoint's Newton solves stop
+    # at their tolerance (2.2e-13) in each, measured 6e-13 apart
+    assert_close(primal, value(w0, th), rtol=1e-11, atol=0)
 
 
 @pytest.mark.parametrize("integrator", AD_INTEGRATORS)

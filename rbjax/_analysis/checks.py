@@ -4,18 +4,20 @@ the formulation needs a regular Schur complement."""
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.core import Tracer
 
+from .._body import definite_rtol
 from .._dynamics import UdwadiaSchutte
 from .._engine.joints import joint_terms
 from .._engine.layout import to_components
 from .._engine.projection import norm_rows
 from .._errors import is_concrete
 from .._oneshot import one_shot_jit
-from .._state import State
+from .._state import State, fresh_tolerances
 from .mobility import _dense_jacobian, _mobility
 
 
@@ -51,7 +53,7 @@ def check_mechanism_state(model, state: State, *, tol: float | None = None) -> N
         lambda x: np.zeros(x.shape, x.dtype) if isinstance(x, Tracer) else x, model
     )
     if tol is None:
-        tol = 1e-8 if state.q.dtype == jnp.float64 else 1e-3
+        tol = fresh_tolerances(state.q.dtype)[1]
     # evaluated now even when called inside an outer jit/grad trace (the inputs are concrete)
     with jax.ensure_compile_time_eval():
         c, cd, first_w = _consistency(model, state)
@@ -82,3 +84,63 @@ def check_mechanism_state(model, state: State, *, tol: float | None = None) -> N
             "Moore–Penrose inverse, or replace a joint by one with fewer equations (e.g. a "
             "Revolute in a planar loop by a Spherical or Universal joint)."
         )
+
+
+# The in-program twins of the build-time checks, in the order they are reported.
+INPUT_CHECKS = (
+    ("dt", "is not a positive finite step (dt <= 0 freezes or runs backwards)"),
+    ("model.mass", "holds a mass that is not positive and finite"),
+    (
+        "model.inertia",
+        "holds an inertia that is not finite, symmetric and positive definite, or violates "
+        "the triangle inequality I1 + I2 >= I3",
+    ),
+    ("model.gravity", "is not finite"),
+    ("state0.q", "gives a rigid body |A|² != 1 (Möller & Glocker 2012, eq. (77))"),
+    ("state0.u", "gives a rigid body a scaling rate ν != 0"),
+    ("state0", "violates the joints' position or velocity equations (see rbjax.assemble)"),
+)
+
+
+def input_violations(model, state: State, dt, batch, *, joints: bool):
+    """The build-time checks of :func:`rbjax.rollout` evaluated INSIDE the program, for inputs
+    traced by ``jax.jit``, ``jax.vmap`` or ``jax.grad`` (whose values the eager checks cannot
+    see): per system (shape ``batch``), the index into :data:`INPUT_CHECKS` of the first
+    violated check, or −1. Same conditions and tolerances as the eager checks
+    (:func:`rbjax._body.validate_inertia`, ``Model.check_state``, :func:`check_mechanism_state`);
+    ``joints=False`` skips the joint equations (a continued Trajectory carries drift).
+
+    Computed on ``stop_gradient`` of the inputs: the checks never enter a derivative (the
+    eigenvalues of a repeated principal moment have no derivative)."""
+    dyn, static = eqx.partition((model, state, dt), eqx.is_inexact_array)
+    model, state, dt = eqx.combine(jax.lax.stop_gradient(dyn), static)
+    dtype = state.q.dtype
+    h = jnp.asarray(dt, dtype)
+    fails = [~(jnp.isfinite(h) & (h > 0))]
+    m = model.mass
+    fails.append(jnp.any(~(jnp.isfinite(m) & (m > 0)), axis=-1))
+    th = model.inertia
+    scale = jnp.max(jnp.abs(th), axis=(-2, -1))
+    sym = jnp.max(jnp.abs(th - jnp.swapaxes(th, -1, -2)), axis=(-2, -1)) <= 1e-12 * scale
+    finite = jnp.all(jnp.isfinite(th), axis=(-2, -1))
+    w = jnp.linalg.eigvalsh(jnp.where(finite[..., None, None], th, jnp.eye(3, dtype=th.dtype)))
+    definite = (w[..., 0] > definite_rtol(th.dtype) * w[..., 2]) & (w[..., 2] > 0)
+    triangle = w[..., 0] + w[..., 1] >= w[..., 2] - 1e-12 * jnp.sum(w, axis=-1)
+    fails.append(jnp.any(~(finite & sym & definite & triangle), axis=-1))
+    fails.append(~jnp.all(jnp.isfinite(model.gravity), axis=-1))
+    atol, tol = fresh_tolerances(dtype)
+    rigid = model.rigid
+    a2 = jnp.sum(state.q[..., 3:7] ** 2, axis=-1)
+    fails.append(jnp.any(rigid & ~(jnp.abs(a2 - 1) <= atol), axis=-1))
+    fails.append(jnp.any(rigid & ~(jnp.abs(state.u[..., 3]) <= atol), axis=-1))
+    if joints and model.joints:
+        t, q, u = to_components(state)
+        terms = joint_terms(
+            model, model.formulation._engine_kinematics, t, q, u, cdot=True, gamma=False
+        )
+        worst = jnp.maximum(jnp.max(jnp.abs(terms.c), axis=0), jnp.max(jnp.abs(terms.cdot), 0))
+        fails.append(~(worst <= tol))
+    first = jnp.full(batch, -1, jnp.int32)
+    for k in reversed(range(len(fails))):
+        first = jnp.where(jnp.broadcast_to(fails[k], batch), k, first)
+    return first

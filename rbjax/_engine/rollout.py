@@ -12,12 +12,13 @@ import jax
 import jax.numpy as jnp
 
 from .._results import RESULTS
-from . import measures as measure
+from . import measures as measure, monitors as monitor
 
-_OK, _NONFINITE, _SOLVER_FAILED = (
+_OK, _NONFINITE, _SOLVER_FAILED, _IMPLAUSIBLE = (
     int(RESULTS.successful),
     int(RESULTS.nonfinite),
     int(RESULTS.solver_failed),
+    int(RESULTS.implausible),
 )
 
 # Systems per cache-sized piece of a batched mechanism rollout: the double pendulum runs at
@@ -46,7 +47,19 @@ def grouped_scan(body, carry, xs, length: int, group: int):
 
 
 def integrate(
-    model, t, q, u, batch, integrator, h, n_steps, save_every, multipliers, checkpoint, measures=()
+    model,
+    t,
+    q,
+    u,
+    batch,
+    integrator,
+    h,
+    n_steps,
+    save_every,
+    multipliers,
+    checkpoint,
+    measures=(),
+    monitors=None,
 ):
     """The time integration of one batch (component-first t, q, u with batch shape ``batch``).
 
@@ -58,7 +71,12 @@ def integrate(
     checkpointed groups; see :func:`_grouped_scan`.
 
     Returns (saved (t, q, u[, lam]) with the time axis first, result code, failed step,
-    measure values)."""
+    measure values, monitor values (dict name -> worst value, (*batch,))).
+
+    ``monitors`` (a :class:`rbjax._engine.monitors.Spec` or None) are evaluated after the loop
+    on every saved state; a system exceeding a limit gets ``RESULTS.implausible`` with the last
+    step of the saved chunk where it was first seen as its failed step (rbjax/_monitors.py),
+    unless it failed earlier."""
     f = model.formulation
     inner = checkpoint if checkpoint and save_every % checkpoint == 0 else 0
     outer = checkpoint // save_every if checkpoint and not inner else 0
@@ -155,7 +173,24 @@ def integrate(
         fail_step = jax.lax.cond(
             jnp.any(fail_code != _OK), locate, lambda _: jnp.full(batch, -1, jnp.int32), None
         )
-    return saved, fail_code, fail_step, values
+    watched = {}
+    if monitors is not None:  # one vectorised pass over the saved states (after the loop)
+        fail_code, fail_step, watched = watch(
+            monitors, model, saved[:3], fail_code, fail_step, save_every
+        )
+    return saved, fail_code, fail_step, values, watched
+
+
+def watch(monitors, model, saved, fail_code, fail_step, save_every):
+    """Apply the plausibility monitors to the saved states (t, q, u) (time axis first): a
+    system becomes implausible where it had not failed, or had failed only later. Returns
+    (code, failed step, worst values)."""
+    t, q, u = saved
+    step, watched = monitor.evaluate(monitors, model, t, q, u, save_every)
+    earlier = (step >= 0) & ((fail_code == _OK) | (step < fail_step))
+    fail_code = jnp.where(earlier, _IMPLAUSIBLE, fail_code)
+    fail_step = jnp.where(earlier, step, fail_step)
+    return fail_code, fail_step, watched
 
 
 def chunked(model, t, q, u, batch, size, args):
@@ -189,7 +224,7 @@ def chunked(model, t, q, u, batch, size, args):
             m = eqx.tree_at(lambda mm, k=k: getattr(mm, k), m, v)
         return integrate(m, tc, qc, uc, (size,), *args)
 
-    saved, code, step, values = jax.lax.map(piece, xs)
+    saved, code, step, values, watched = jax.lax.map(piece, xs)
 
     def join(x, axis):  # (n, ..., size, ...) -> (..., B, ...)
         x = jnp.moveaxis(x, 0, axis)
@@ -198,4 +233,5 @@ def chunked(model, t, q, u, batch, size, args):
 
     saved = tuple(join(x, 1) for x in saved)  # (n, T, size, ...) -> (T, B, ...)
     values = jax.tree.map(lambda x: join(x, 0), values)  # (n, size, ...) -> (B, ...)
-    return saved, join(code, 0), join(step, 0), values
+    watched = jax.tree.map(lambda x: join(x, 0), watched)
+    return saved, join(code, 0), join(step, 0), values, watched

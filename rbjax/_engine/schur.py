@@ -106,7 +106,8 @@ class SchurSystem:
         lay = row_layout(model.topology)
         self.model, self.terms, self.layout, self.dtype = model, terms, lay, dtype
         batch = terms.Wi.shape[2:]
-        keep = lay.keep.reshape(lay.keep.shape + (1,) * len(batch))
+        keep = np.asarray(lay.keep).reshape(lay.keep.shape + (1,) * len(batch))
+        keep = jnp.asarray(keep, terms.Wi.dtype)  # a float64 constant would promote float32
         self.w = (terms.Wi * keep[0], terms.Wj * keep[1])
         self.batch, self.n = batch, lay.n
         self.dense = dense

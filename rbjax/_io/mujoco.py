@@ -456,6 +456,8 @@ def build_from_mujoco(
     source = MujocoSource(m, body_of, maps, actuator_names, movers)
     state = source.state(qpos, qvel, dtype=dtype)
     rb_model = Model(bodies, gravity=gravity, joints=joints, forces=forces, formulation=formulation)
+    if dtype is not None:  # the model in the state's dtype: one computation, one dtype
+        rb_model = rb_model.astype(dtype)
     closes_loops = len(joints) > sum(1 for jm in maps if jm.joint is not None)
     if closes_loops:
         rb_model, state = _close_loops(rb_model, state, formulation is None)

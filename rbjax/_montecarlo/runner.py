@@ -40,9 +40,10 @@ from .._errors import validates_inputs
 from .._integrators import RK4, AbstractIntegrator, check_dt
 from .._measures import AbstractMeasure, Drift, Event, check_measures
 from .._model import Model
+from .._monitors import Plausibility
 from .._results import RESULTS
-from .._rollout import _rollout
-from .._state import State
+from .._rollout import _DEFAULT_MONITORS, _monitor_spec, _rollout
+from .._state import State, fresh_tolerances
 from . import statistics as st
 from .devices import sample_mesh
 from .store import FORMAT, RunStore
@@ -181,8 +182,11 @@ def _fingerprint(closed, key) -> str:
 class _Kernel:
     """The program of one device's share of a chunk: ids (c,) -> per-sample outputs (c, ...)."""
 
-    def __init__(self, sample, probe, mask, measures, integrator, n_steps, trajectories):
+    def __init__(
+        self, sample, probe, mask, measures, integrator, n_steps, trajectories, monitors=None
+    ):
         self.sample, self.mask = sample, mask
+        self.monitors = monitors
         self.measures, self.integrator = measures, integrator
         self.n_steps, self.trajectories = n_steps, trajectories
         model, state = probe
@@ -220,8 +224,9 @@ class _Kernel:
         save = self.trajectories or self.n_steps
 
         def run(m, s, batch_chunk):  # no in-program error check: failures are per sample
-            h, k = self.integrator, self.n_steps
-            return _rollout(m, s, dt, h, k, save, False, False, batch_chunk, 0, self.measures)
+            h, k, mon = self.integrator, self.n_steps, self.monitors
+            args = (save, False, False, batch_chunk, 0, self.measures, mon, True)
+            return _rollout(m, s, dt, h, k, *args)
 
         if self.native:
             traj = run(model, state, 0)
@@ -252,13 +257,11 @@ class _Kernel:
     def _invalid(self, model, state):
         """Samples whose initial state violates the model (the runtime twin of the build-time
         checks of sample 0, with the same tolerances)."""
-        eps = float(jnp.finfo(state.q.dtype).eps)
-        atol = max(1e-9, 100.0 * eps)
+        atol, tol = fresh_tolerances(state.q.dtype)
         a2 = jnp.sum(state.q[..., 3:7] ** 2, axis=-1)
         rigid = jnp.asarray(self.rigid)
         bad = jnp.any(rigid & ((jnp.abs(a2 - 1) > atol) | (jnp.abs(state.u[..., 3]) > atol)), -1)
         if model.joints:
-            tol = 1e-8 if state.q.dtype == jnp.float64 else 1e-3
             t, q, u = to_components(state)
             terms = joint_terms(
                 model, model.formulation._engine_kinematics, t, q, u, cdot=True, gamma=False
@@ -320,6 +323,7 @@ def monte_carlo(
     keep_samples: bool = True,
     progress=None,
     throw: bool = False,
+    monitors: Plausibility | None = _DEFAULT_MONITORS,
 ) -> MonteCarloResult:
     """Integrate ``n_samples`` systems ``sample(fold_in(key, i), i) -> (model, state)`` for
     ``n_steps`` steps of ``dt`` and reduce their ``measures`` (dict name -> rbjax measure).
@@ -342,8 +346,11 @@ def monte_carlo(
       rbjax/_montecarlo/store.py); ``resume=True`` reads back the complete chunks (checksums
       verified, a bad chunk is recomputed) and computes the rest. ``trajectories=k`` also
       writes the state every k steps of every sample there.
-    * Failures: a sample that diverges, whose solver fails, whose Drift monitor exceeds its
-      limit, whose measure is not finite or whose sampled state violates the model is recorded
+    * Failures: a sample that diverges, whose solver fails, that a plausibility monitor
+      (``monitors``, as in :func:`rbjax.rollout`) or a Drift measure's limit finds
+      implausible, whose measure is not finite, whose sampled parameters fail the build-time
+      checks (a mass <= 0, an indefinite inertia: ``RESULTS.invalid_input``) or whose sampled
+      state violates the model is recorded
       in ``failed_ids`` / ``failed_status`` (:class:`rbjax.RESULTS`) and excluded from the
       statistics; ``throw=True`` raises instead, naming the first failing sample.
     * ``keep_samples``: keep every sample's measure values (n, ...) for exact quantiles; with
@@ -410,7 +417,8 @@ def monte_carlo(
 
     i0 = jnp.asarray(0, jnp.int32)
     mask = _dependent(sample, key, i0)
-    kernel = _Kernel(sample, probe, mask, measures, integrator, n_steps, trajectories)
+    spec = _monitor_spec(monitors, probe[0], integrator, probe[1].q.dtype)
+    kernel = _Kernel(sample, probe, mask, measures, integrator, n_steps, trajectories, spec)
     ids_spec = jax.ShapeDtypeStruct((int(device_batch),), jnp.int32)  # one device's share
     dt_data = np.asarray(dt, dtype=probe[1].q.dtype)
     fingerprint = None  # traced only for a run on disk (a mechanism's trace takes seconds)

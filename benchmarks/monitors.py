@@ -1,0 +1,101 @@
+"""Cost of the runtime plausibility monitors (rbjax.Plausibility, issue 18): the same rollout
+with the default monitors and with ``monitors=None``, compile and run time separately.
+
+The monitors are evaluated at every SAVED state (|A|² − 1 of the rigid bodies, the joint
+residual Φ, the relative energy change), so their cost is largest when every step is saved;
+the table gives save_every = 1 and 100. Models: the free body (B = 1024, 1000 steps), the
+double pendulum (B = 64, 2000 steps) and the 16-link pendulum (B = 64, 500 steps) of
+benchmarks/models.py, RK4, float64, dt = 1e-3.
+
+    python benchmarks/monitors.py --json benchmarks/results/monitors_cpu.json [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import jax
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+import rbjax  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
+from free_body import write_records  # noqa: E402
+
+CASES = (("free_body", 1024, 1000), ("pendulum_2", 64, 2000), ("pendulum_16", 64, 500))
+
+
+def _batched(state, batch: int):
+    """``batch`` copies of ``state`` with slightly different velocities (one compile)."""
+    scale = 1.0 + 0.01 * np.linspace(0.0, 1.0, batch)[:, None, None]
+    return rbjax.State(
+        t=np.zeros(batch),
+        q=np.broadcast_to(np.asarray(state.q), (batch,) + state.q.shape[-2:]),
+        u=np.asarray(state.u) * scale,
+    )
+
+
+def run_case(name, batch, steps, save_every, monitors, repeats):
+    model, state = models.build(name)
+    state = _batched(state, batch)
+    dt = np.asarray(1e-3)
+
+    def call():
+        traj = rbjax.rollout(model, state, dt, steps, save_every=save_every, monitors=monitors)
+        jax.block_until_ready(traj.q)
+        return traj
+
+    t0 = time.perf_counter()
+    call()
+    first = time.perf_counter() - t0
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        call()
+        runs.append(time.perf_counter() - t0)
+    run = statistics.median(runs)
+    return {
+        "problem": name,
+        "batch": batch,
+        "steps": steps,
+        "save_every": save_every,
+        "monitors": "default" if monitors is not None else "none",
+        "compile_s": first - run,
+        "run_s": run,
+        "runs_s": runs,
+    }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args(argv)
+    records = []
+    print(f"{'problem':<12} {'B':>5} {'save':>5} {'monitors':>9} {'compile s':>10} {'run s':>9}")
+    for name, batch, steps in CASES:
+        for save_every in (1, 100):
+            for monitors in (rbjax.Plausibility(), None):
+                r = run_case(name, batch, steps, save_every, monitors, args.repeats)
+                records.append(r)
+                print(
+                    f"{name:<12} {batch:>5} {save_every:>5} {r['monitors']:>9} "
+                    f"{r['compile_s']:>10.2f} {r['run_s']:>9.4f}"
+                )
+            on, off = records[-2], records[-1]
+            print(
+                f"{'':<12} {'':>5} {'':>5} {'ratio':>9} {on['compile_s'] / off['compile_s']:>10.2f} "
+                f"{on['run_s'] / off['run_s']:>9.2f}"
+            )
+    write_records(records, args.json)
+
+
+if __name__ == "__main__":
+    main()
