@@ -25,6 +25,7 @@ from jaxtyping import Array, Float, Int
 from ._analysis.checks import INPUT_CHECKS, check_mechanism_state, input_violations
 from ._analysis.invariants import energy_balance
 from ._body import validate_inertia, validate_mass
+from ._engine import rank
 from ._engine.layout import to_components
 from ._engine.monitors import Spec
 from ._engine.rollout import DEFAULT_CHUNK, chunked, integrate, watch
@@ -149,6 +150,7 @@ class _StepMessages(Sequence[str]):
 
     n_steps: int
     spec: Spec | None = None
+    loops: str = ""  # said of a failed step of a model whose joint equations can be dependent
 
     def __len__(self) -> int:
         return 3 * self.n_steps
@@ -170,11 +172,51 @@ class _StepMessages(Sequence[str]):
             )
             what = f"{what} ({limits}; the worst values are in Trajectory.monitors)"
         where = "by step" if code == RESULTS.implausible else "at step"
+        loops = f" {self.loops}" if self.loops and code != RESULTS.implausible else ""
         return (
             f"rbjax.rollout: {what} {where} {step} (step 0 advances the initial state). "
             f"{_RESULT_FIX[code]}, or pass throw=False and inspect Trajectory.result / "
-            "Trajectory.failed_step."
+            f"Trajectory.failed_step.{loops}"
         )
+
+
+_LOOPS_FIX = (
+    "rbjax runs redundant equations with the minimum-norm multipliers, but a "
+    "loop moving through a configuration where the rank of its equations changes (links "
+    "aligned: a singular position) has no unique motion there. Check the loop's geometry "
+    "with rbjax.mobility(model, state) along the trajectory, or close the loop with fewer "
+    "equations (e.g. a PointOnLine or Spherical in place of the last Revolute of a planar "
+    "loop)."
+)
+_LOOPS = (
+    "The model closes kinematic loops (or has user constraints), whose joint equations can "
+    f"be redundant: {_LOOPS_FIX}"
+)
+
+
+def _loops_note(model, state0) -> str:
+    """What a failed step's message says of redundant joint equations: nothing for a model
+    whose equations cannot be dependent (rbjax/_engine/rank.py ``may_be_redundant``); for one
+    given concretely, the dependent rows at the initial state (rbjax.mobility, on the host,
+    only when a rollout has failed); otherwise :data:`_LOOPS`."""
+    if not rank.may_be_redundant(model):
+        return ""
+    if not isinstance(state0, State) or not is_concrete((model, state0)):
+        return _LOOPS
+    from ._analysis.mobility import mobility
+
+    first = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[-2:])[0], state0)
+    first = State(t=jnp.reshape(state0.t, (-1,))[0], q=first.q, u=first.u)
+    try:
+        mob = mobility(model, first)
+    except ValueError:  # e.g. a batched model: the general note
+        return _LOOPS
+    if not mob.redundant:
+        return _LOOPS
+    return (
+        f"The model's joint equations are redundant at the initial state (rank {mob.rank} of "
+        f"{mob.rows} rows; dependent: {', '.join(mob.redundant)}): {_LOOPS_FIX}"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -368,9 +410,9 @@ def rollout(
         traj = _monitored(traj, model, spec, int(save_every))
     if throw and not traced:
         if is_concrete(traj.result):
-            _raise_on_failure(traj, int(n_steps), spec)
+            _raise_on_failure(traj, int(n_steps), spec, model, state0)
         else:  # concrete inputs, but called inside a caller's jit: check in its program
-            traj = _error_if_failed(traj, int(n_steps), spec)
+            traj = _error_if_failed(traj, int(n_steps), spec, _loops_note(model, None))
     return traj
 
 
@@ -388,12 +430,14 @@ def _monitored(traj: Trajectory, model, spec: Spec, save_every: int) -> Trajecto
     )
 
 
-def _error_if_failed(traj: Trajectory, n_steps: int, spec: Spec | None) -> Trajectory:
+def _error_if_failed(
+    traj: Trajectory, n_steps: int, spec: Spec | None, loops: str = ""
+) -> Trajectory:
     """The in-program twin of :func:`_raise_on_failure` (``equinox.branched_error_if``)."""
     code = traj.result
     failed = (code != int(RESULTS.successful)) & (code != int(RESULTS.invalid_input))
     index = (jnp.clip(code, 1, 3) - 1) * n_steps + jnp.maximum(traj.failed_step, 0)
-    return eqx.branched_error_if(traj, failed, index, _StepMessages(n_steps, spec))
+    return eqx.branched_error_if(traj, failed, index, _StepMessages(n_steps, spec, loops))
 
 
 # Saved output above which a rollout warns; its peak memory is about 3.5x the output (the
@@ -455,10 +499,13 @@ def check_output_size(model, state0: State, saved: int, multipliers: bool) -> in
     return size
 
 
-def _raise_on_failure(traj: Trajectory, n_steps: int, spec: Spec | None = None):
+def _raise_on_failure(
+    traj: Trajectory, n_steps: int, spec: Spec | None = None, model=None, state0=None
+):
     """Raise ``equinox.EquinoxRuntimeError`` (the type the in-program check raises) for the
     first failing system of a finished rollout, with the message naming its step (and for an
-    implausible system the quantity, its worst value and the limit)."""
+    implausible system the quantity, its worst value and the limit; for a failed step of a
+    model with loops, its redundant joint equations: :func:`_loops_note`)."""
     codes = np.asarray(traj.result).reshape(-1)
     failed = np.flatnonzero(codes != int(RESULTS.successful))
     if not failed.size:
@@ -466,7 +513,8 @@ def _raise_on_failure(traj: Trajectory, n_steps: int, spec: Spec | None = None):
     k = int(failed[0])
     step = max(int(np.asarray(traj.failed_step).reshape(-1)[k]), 0)
     code = RESULTS(int(codes[k]))
-    msg = _StepMessages(n_steps, spec)[(int(code) - 1) * n_steps + step]
+    loops = "" if model is None else _loops_note(model, state0)
+    msg = _StepMessages(n_steps, spec, loops)[(int(code) - 1) * n_steps + step]
     if code == RESULTS.implausible and spec is not None and traj.monitors:
         named = {"unit_length": spec.unit, "joints": spec.joints, "energy": spec.energy}
         limits = {n: float(v) for n, v in named.items() if v is not None}
@@ -603,5 +651,5 @@ def _rollout(
         monitors=watched or None,
     )
     if throw:
-        traj = _error_if_failed(traj, n_steps, monitors)
+        traj = _error_if_failed(traj, n_steps, monitors, _loops_note(model, None))
     return traj

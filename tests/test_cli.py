@@ -225,14 +225,15 @@ def test_check_reports(tmp_path, capsys):
     four_bar = os.path.join(ROOT, "examples", "models", "four_bar.xml")
     assert main(["check", four_bar, "--json", "--steps", "0"]) == 0
     rep = json.loads(capsys.readouterr().out)
-    assert (rep["dof"], rep["rank"], rep["rows"]) == (1, 17, 18) and "loop" in rep["redundant"]
-    # the same loop with a formulation that needs independent equations: refused, with the fix
+    assert (rep["dof"], rep["rank"], rep["rows"]) == (1, 17, 18)
+    assert rep["redundant"] == ["loop[row 1]"]  # the connect's out-of-plane equation
+    # the same loop under the Schur-complement formulation: checked and integrated alike
     loaded = rbjax.load(four_bar)
     model = eqx.tree_at(lambda m: m.formulation, loaded.model, rbjax.ScalableDAE())
     rbjax.save(str(tmp_path / "fb.toml"), model, loaded.state)
-    assert main(["check", str(tmp_path / "fb.toml")]) == 2
-    err = capsys.readouterr().err
-    assert "redundant (rank 17 < 18 rows)" in err and "UdwadiaSchutte" in err
+    assert main(["check", str(tmp_path / "fb.toml"), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["redundant"] == ["loop[row 1]"] and rep["failures"] == []
 
 
 def test_check_fails_a_drifting_or_diverging_trial(tmp_path, capsys):

@@ -159,13 +159,15 @@ def test_humanoid_tree_matches_mujoco():
 
 def test_four_bar_closed_by_equality_is_exact_where_mujoco_is_soft():
     """A four-bar closed by an equality connect: MuJoCo enforces it softly (solref), rbjax
-    exactly. The planar loop's connect has 3 equations of which 2 are independent, so the
-    loader picks UdwadiaSchutte (Moore–Penrose); the inconsistent initial qvel is projected
-    onto the loop (with a warning). Reported: both engines' loop-closure drift over 1 s."""
+    exactly. The planar loop's connect has 3 equations of which 2 are independent (the default
+    formulation runs them, with minimum-norm multipliers); the inconsistent initial qvel is
+    projected onto the loop (with a warning). Reported: both engines' loop-closure drift over
+    1 s."""
     path = MODELS / "four_bar.xml"
     with pytest.warns(UserWarning, match="violates the loop closures"):
         loaded = rbjax.load(path, qvel=[2.0, 0.0, 0.0])
-    assert isinstance(loaded.model.formulation, rbjax.UdwadiaSchutte)
+    assert isinstance(loaded.model.formulation, rbjax.ScalableDAE)
+    assert rbjax.mobility(loaded.model, loaded.state).redundant == ("loop[row 1]",)
     m = loaded.source.mjmodel
     js = rbjax.JointSpace(loaded.model)
     assert js.loops == ("loop",)

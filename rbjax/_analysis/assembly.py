@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._engine.layout import from_components, to_components
-from .._engine.projection import closest_point, project_velocity
+from .._engine.projection import STOP_REASONS, closest_point, project_velocity
 from .._errors import is_concrete
 from .._oneshot import one_shot_jit
 from .._state import State
@@ -21,11 +21,11 @@ from .._state import State
 @one_shot_jit
 def _assemble(model, state, tol, max_iters, velocities):
     t, q, u = to_components(state)
-    q, err, it = closest_point(model, t, q, tol, max_iters, dense=True)
+    q, err, it, reason = closest_point(model, t, q, tol, max_iters, dense=True)
     if velocities:
         u = jnp.where(model.rigid, u.at[3].set(0.0), u)
         u = project_velocity(model, t, q, u, dense=True)
-    return from_components(t, q, u), err, it
+    return from_components(t, q, u), err, it, reason
 
 
 def require_joints(model, where: str) -> None:
@@ -54,17 +54,31 @@ def assemble(
         raise ValueError(f"assemble: state = {type(state).__name__} is not an rbjax.State.")
     if tol is None:
         tol = 1e-12 if state.q.dtype == jnp.float64 else 1e-5
-    out, err, it = _assemble(model, state, float(tol), int(max_iters), bool(velocities))
+    out, err, it, reason = _assemble(model, state, float(tol), int(max_iters), bool(velocities))
     if is_concrete(err):
-        err = np.asarray(err).reshape(len(model.joints), -1).max(axis=1)
-        bad = [(n, e) for n, e in zip(model.joint_names, err, strict=True) if not e <= 100 * tol]
-        if bad:
-            worst = ", ".join(f"'{n}' (residual {e:.3g})" for n, e in bad)
-            raise ValueError(
-                f"assemble: the joints cannot all be satisfied after {int(np.max(it))} Newton "
-                f"iterations; these joints keep a residual above {tol:.1g}: {worst}. Fix: check "
-                "their attachment points and axes against the bodies' positions (start closer to "
-                "an assembled configuration, e.g. build joints with .at(q, ...)), or remove "
-                "contradicting joints."
-            )
+        err = np.asarray(err).reshape(len(model.joints), -1)
+        failed = ~np.all(err <= 100 * tol, axis=0)  # per system
+        if failed.any():
+            raise ValueError(_failure_message(model, err, failed, np.asarray(reason), it, tol))
     return out
+
+
+def _failure_message(model, err, failed, reason, it, tol) -> str:
+    """The error of :func:`assemble`: per joint its largest residual over the failed systems
+    (that of the last finite iterate), and why Gauss–Newton stopped."""
+    worst_err = np.where(failed, err, -np.inf).max(axis=1)  # NaN propagates
+    bad = [(n, e) for n, e in zip(model.joint_names, worst_err, strict=True) if not e <= 100 * tol]
+    worst = ", ".join(f"'{n}' (residual {e:.3g})" for n, e in bad)
+    reasons = sorted(set(np.broadcast_to(reason, failed.shape).reshape(-1)[failed].tolist()))
+    why = "; ".join(STOP_REASONS[int(r)] for r in reasons)
+    where = ""
+    if failed.size > 1:
+        idx = np.flatnonzero(failed)
+        where = f" in {idx.size} of {failed.size} systems (first: batch index {int(idx[0])})"
+    return (
+        f"assemble: the joints cannot all be satisfied{where} after {int(np.max(it))} Newton "
+        f"iterations; these joints keep a residual above {tol:.1g}: {worst}. Newton stopped "
+        f"because {why}. Fix: check their attachment points and axes against the bodies' "
+        "positions (start closer to an assembled configuration, e.g. build joints with "
+        ".at(q, ...)), or remove contradicting joints."
+    )

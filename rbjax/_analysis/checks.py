@@ -1,6 +1,6 @@
 """The checks every mechanism rollout runs before its first step: the initial state satisfies
-the joints' position and velocity equations, and the joint equations are independent where
-the formulation needs a regular Schur complement."""
+the joints' position and velocity equations. (Redundant joint equations are not an error: every
+formulation runs them, with the minimum-norm multipliers, rbjax/_engine/rank.py.)"""
 
 from __future__ import annotations
 
@@ -11,14 +11,12 @@ import numpy as np
 from jax.core import Tracer
 
 from .._body import definite_rtol
-from .._dynamics import UdwadiaSchutte
 from .._engine.joints import joint_terms
 from .._engine.layout import to_components
 from .._engine.projection import norm_rows
 from .._errors import is_concrete
 from .._oneshot import one_shot_jit
 from .._state import State, fresh_tolerances
-from .mobility import _dense_jacobian, _mobility
 
 
 @one_shot_jit
@@ -37,11 +35,8 @@ def check_mechanism_state(model, state: State, *, tol: float | None = None) -> N
     """Build-time checks of a mechanism's initial state (skipped when the state, the joints or
     the formulation are traced, e.g. under ``jax.grad`` with respect to a joint point).
 
-    * the joints hold (|Φ| ≤ tol) and their velocity equations hold (|W u + Φ_t| ≤ tol),
-      otherwise ValueError naming the joints and suggesting :func:`rbjax.assemble`;
-    * the joint equations are independent when the formulation needs a regular Schur
-      complement (ScalableDAE, NewtonEuler), otherwise ValueError naming the redundant joints
-      and suggesting ``UdwadiaSchutte`` (Moore–Penrose inverse) or removing equations.
+    The joints must hold (|Φ| ≤ tol) and their velocity equations too (|W u + Φ_t| ≤ tol),
+    otherwise ValueError naming the joints and suggesting :func:`rbjax.assemble`.
     """
     # Only what the checks read must be concrete: the state and the joints (and the
     # formulation's kinematics). A traced mass or force (e.g. under jax.grad in an
@@ -56,7 +51,7 @@ def check_mechanism_state(model, state: State, *, tol: float | None = None) -> N
         tol = fresh_tolerances(state.q.dtype)[1]
     # evaluated now even when called inside an outer jit/grad trace (the inputs are concrete)
     with jax.ensure_compile_time_eval():
-        c, cd, first_w = _consistency(model, state)
+        c, cd, _ = _consistency(model, state)
     for what, val, fix in (
         ("position", c, "rbjax.assemble(model, state)"),
         ("velocity", cd, "rbjax.assemble(model, state) (it also projects the velocities)"),
@@ -71,19 +66,6 @@ def check_mechanism_state(model, state: State, *, tol: float | None = None) -> N
                 "continue a rollout, pass its Trajectory as the initial state (rollout accepts "
                 "the drift its integrator left)."
             )
-    if isinstance(model.formulation, UdwadiaSchutte):
-        return
-    with jax.ensure_compile_time_eval():
-        mob = _mobility(model, _dense_jacobian(model, first_w), 1e-9)
-    if mob.redundant:
-        raise ValueError(
-            f"The joint equations are redundant (rank {mob.rank} < {mob.rows} rows); joints "
-            f"involved: {list(mob.redundant)}. {type(model.formulation).__name__} needs "
-            "independent equations (a regular Schur complement). Fix: use "
-            "formulation=rbjax.UdwadiaSchutte(), which handles redundant constraints with the "
-            "Moore–Penrose inverse, or replace a joint by one with fewer equations (e.g. a "
-            "Revolute in a planar loop by a Spherical or Universal joint)."
-        )
 
 
 # The in-program twins of the build-time checks, in the order they are reported.

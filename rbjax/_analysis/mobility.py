@@ -1,5 +1,5 @@
-"""Mobility analysis: degrees of freedom and redundant joint equations from the SVD of the
-joint Jacobian W̃ (ME751; rigid bodies in (v, ω), scalable bodies in (v, ν, ω))."""
+"""Mobility analysis: degrees of freedom from the SVD of the joint Jacobian W̃ and the redundant
+joint equations by QR of its rows (ME751; rigid bodies in (v, ω), scalable bodies in (v, ν, ω))."""
 
 from __future__ import annotations
 
@@ -20,8 +20,10 @@ class Mobility(eqx.Module):
     """Mobility of a mechanism at one configuration (from the SVD of W̃, rigid bodies in (v, ω)).
 
     ``dof``: degrees of freedom 6·n_rigid + 7·n_scalable − rank; ``rank``: rank of the joint
-    Jacobian; ``rows``: number of joint equations; ``redundant``: names of joints involved in
-    redundant (linearly dependent) equations, empty if none; ``singular_values``.
+    Jacobian; ``rows``: number of joint equations; ``redundant``: the dependent equations, each
+    named ``"joint[row k]"`` (k counts the joint's equations from 0): in joint order, the rows
+    that are linear combinations of earlier rows; removing them leaves ``rank`` independent
+    equations and the same motion. Empty if none. ``singular_values``: of W̃, descending.
     """
 
     dof: int = eqx.field(static=True)
@@ -62,9 +64,14 @@ def _dense_jacobian(model, blocks) -> np.ndarray:
 def mobility(model, state: State, *, rtol: float = 1e-9) -> Mobility:
     """Degrees of freedom and redundant constraints at ``state`` (one system, concrete).
 
-    The rank of W̃ counts independent joint equations; joints whose rows carry weight in a
-    left null vector of W̃ (a linear combination of equations that vanishes) are reported as
-    redundant: any of them could be removed without changing the motion.
+    The rank of W̃ counts independent joint equations: singular values above
+    ``rtol`` · max(1, σ_max). The redundant equations are found in joint order by Gram–Schmidt
+    on the rows of W̃ (the unpivoted QR factorisation of W̃ᵀ, Golub & Van Loan, Matrix
+    Computations, §5.2): row r is dependent when its distance from the span of the earlier
+    independent rows is at most the same tolerance. Which rows are reported depends on the
+    order of the joints (any set of ``rows − rank`` rows whose removal leaves the rank unchanged
+    would do); the later rows of a loop are named, e.g. for a planar four-bar closed by four
+    revolute joints the out-of-plane equations of the last one.
     """
     require_joints(model, "mobility")
     if state.q.ndim != 2:
@@ -74,25 +81,56 @@ def mobility(model, state: State, *, rtol: float = 1e-9) -> Mobility:
     return _mobility(model, jacobian_matrix(model, state), rtol)
 
 
+def dependent_rows(mat, tol) -> list[int]:
+    """Indices of the rows of ``mat`` that lie within ``tol`` of the span of the earlier
+    independent rows (Gram–Schmidt in row order, reorthogonalised once: "twice is enough",
+    Giraud et al., Numer. Math. 101, 2005)."""
+    basis = np.zeros((0, mat.shape[1]))
+    out = []
+    for r, row in enumerate(mat):
+        v = row - basis.T @ (basis @ row)
+        v = v - basis.T @ (basis @ v)
+        norm = np.linalg.norm(v)
+        if norm <= tol:
+            out.append(r)
+        else:
+            basis = np.vstack([basis, v / norm])
+    return out
+
+
+def _prefix_dependent_rows(mat, tol) -> list[int]:
+    """The rows that do not raise the numerical rank of the rows before them (SVD of every
+    prefix): exactly ``rows − rank`` of them by the interlacing of singular values (Golub & Van Loan §8.6);
+    the slow fallback of :func:`dependent_rows` for ill-conditioned Jacobians."""
+    out, prev = [], 0
+    for r in range(mat.shape[0]):
+        sv = np.linalg.svd(mat[: r + 1], compute_uv=False)
+        now = int(np.sum(sv > tol))
+        if now == prev:
+            out.append(r)
+        prev = now
+    return out
+
+
 def _mobility(model, mat, rtol) -> Mobility:
-    uu, sv, _ = np.linalg.svd(mat)
+    sv = np.linalg.svd(mat, compute_uv=False)
     tol = rtol * max(1.0, sv.max() if sv.size else 1.0)
     rank = int(np.sum(sv > tol))
     m = mat.shape[0]
-    redundant: list[str] = []
+    dependent: list[int] = []
     if rank < m:
-        null = uu[:, rank:]
-        weight = np.max(np.abs(null), axis=1)
-        rows = model.joint_rows
-        r0 = 0
-        for name, r in zip(model.joint_names, rows, strict=True):
-            if np.any(weight[r0 : r0 + r] > 1e-6):
-                redundant.append(name)
-            r0 += r
+        dependent = dependent_rows(mat, tol)
+        if len(dependent) != m - rank:
+            dependent = _prefix_dependent_rows(mat, tol)
+    joint = np.repeat(np.arange(len(model.joint_rows)), model.joint_rows)
+    first = np.cumsum((0,) + tuple(model.joint_rows))
+    redundant = tuple(
+        f"{model.joint_names[joint[r]]}[row {r - first[joint[r]]}]" for r in dependent
+    )
     return Mobility(
         dof=int(mat.shape[1] - rank),
         rank=rank,
         rows=m,
-        redundant=tuple(redundant),
+        redundant=redundant,
         singular_values=jnp.asarray(sv),
     )

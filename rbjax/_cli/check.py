@@ -1,8 +1,8 @@
 """``rbjax check MODEL``: load a model and test what can be tested before integrating it.
 
 Reported: the bodies (total mass) and joints by type; the degrees of freedom and the rank of
-the joint equations (rbjax.mobility, from the SVD of the constraint Jacobian); the joints
-involved in redundant equations; the largest position and velocity residual of every joint
+the joint equations (rbjax.mobility, from the SVD of the constraint Jacobian); the redundant
+(dependent) equations, by joint and row; the largest position and velocity residual of every joint
 at the initial state (|Φ| and |W u + Φ_t|); the kinetic, potential and total energy of the
 initial state; and the initial accelerations (finite and their size). A check FAILS when:
 
@@ -12,8 +12,8 @@ initial state; and the initial accelerations (finite and their size). A check FA
 * a trial integration (``--steps`` RK4 steps of the file's timestep or ``--dt``) turns
   non-finite, or leaves a joint residual above ``--drift`` (fix: a smaller step).
 
-Redundant joint equations are reported; a formulation that cannot take them
-(ScalableDAE, NewtonEuler) is refused by the loader itself, with the fix (exit code 2).
+Redundant joint equations are reported, not failed: every formulation runs them (minimum-norm
+multipliers, rbjax/_engine/rank.py).
 
 Exit code 0 when every check passes, 1 when one fails (listed with its fix), 2 when the model
 cannot be loaded.

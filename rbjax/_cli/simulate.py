@@ -29,7 +29,6 @@ import numpy as np
 from .. import __version__
 from .._analysis.assembly import assemble
 from .._analysis.checks import check_mechanism_state
-from .._dynamics import UdwadiaSchutte
 from .._results import RESULTS
 from .._rollout import Trajectory, rollout
 from . import quantities, runfile
@@ -186,7 +185,7 @@ def _initial(loaded, args, perturb):
 
         state = eqx.filter_jit(jax.vmap(one))(d_pos, d_vel)
         if js.loops:
-            state = _assemble(model, state)
+            state = assemble(model, state)  # every sample onto the loop closures
         record |= {f"perturb_{k}": d for k, d in (("qpos", d_pos), ("qvel", d_vel)) if k in perturb}
     else:  # the file's state, once per sample
         state = jax.tree.map(lambda x: jnp.broadcast_to(x, (n,) + x.shape), state)
@@ -199,20 +198,6 @@ def _initial(loaded, args, perturb):
         )
         record["perturb_mass"] = f
     return model, state, record
-
-
-def _assemble(model, state):
-    """Each perturbed sample onto the loop closures: :func:`rbjax.assemble` for independent
-    joint equations; for redundant ones (UdwadiaSchutte, e.g. a planar loop) the loader's
-    pseudo-inverse Gauss–Newton, one sample at a time (rbjax.assemble needs a regular
-    Schur complement)."""
-    if not isinstance(model.formulation, UdwadiaSchutte):
-        return assemble(model, state)
-    from .._io.mujoco import _assemble_least_squares
-
-    one = lambda i: _assemble_least_squares(model, jax.tree.map(lambda x: x[i], state))[0]  # noqa: E731
-    samples = [one(i) for i in range(state.q.shape[0])]
-    return jax.tree.map(lambda *x: jnp.stack(x), *samples)
 
 
 def _quaternion_slices(js):

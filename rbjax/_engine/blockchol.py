@@ -20,6 +20,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from . import rank
+
 
 def mm_t(a, b):
     """a @ bᵀ for blocks a (p, k, ...) and b (r, k, ...) -> (p, r, ...). Columns are read
@@ -136,12 +138,18 @@ class BlockCholesky:
         self.n = n
         S = {key: _entries(blk) for key, blk in blocks.items()}
         L: dict = {}
+        flags = []
         for k in range(n):
             acc = S[(k, k)]
             for l in range(k):
                 if (k, l) in L:
                     acc = _sub_mm_t(acc, L[(k, l)], L[(k, l)])
             L[(k, k)] = _cut(_chol(acc))
+            # pivot of each row against its diagonal entry of S (rbjax/_engine/rank.py)
+            flags += [
+                rank.deficient(L[(k, k)][j][j] * L[(k, k)][j][j], S[(k, k)][j][j])
+                for j in range(len(acc))
+            ]
             for i in range(k + 1, n):
                 acc = S.get((i, k))
                 for l in range(k):
@@ -154,6 +162,7 @@ class BlockCholesky:
                     L[(i, k)] = _cut([_fwd(L[(k, k)], row) for row in acc])
         self.L = L
         self.below = {k: [i for i in range(k + 1, n) if (i, k) in L] for k in range(n)}
+        self.deficient = rank.any_deficient(*flags)
 
     def solve(self, b: list) -> list:
         n, L = self.n, self.L
@@ -181,14 +190,9 @@ class BlockCholesky:
         return [jnp.stack(v) for v in x]
 
 
-def dense_factor(blocks: dict, sizes) -> tuple:
-    """ONE dense batched Cholesky (LAPACK) of the assembled S, for :func:`dense_solve`.
-
-    Slower per call than :class:`BlockCholesky` for small blocks but compiles to a handful of
-    operations; used for small batches of small systems and inside one-shot analyses
-    (assembly, kinematic analysis), where compile time dominates (``SchurSystem(...,
-    dense=True)`` in rbjax/_engine/joints.py). ``sizes``: the rows of each joint.
-    """
+def dense_assemble(blocks: dict, sizes):
+    """S batch-first (*batch, R, R) assembled from its lower blocks {(k, l): (m_k, m_l, ...)}
+    (absent blocks are zero); ``sizes``: the rows of each joint."""
     n = len(sizes)
     batch = jnp.broadcast_shapes(*(v.shape[2:] for v in blocks.values()))
     dtype = next(iter(blocks.values())).dtype
@@ -204,8 +208,18 @@ def dense_factor(blocks: dict, sizes) -> tuple:
                 blk = jnp.zeros((sizes[k], sizes[l]) + batch, dtype)
             row.append(jnp.broadcast_to(blk, (sizes[k], sizes[l]) + batch))
         rows.append(jnp.concatenate(row, axis=1))
-    S = jnp.moveaxis(jnp.concatenate(rows, axis=0), (0, 1), (-2, -1))
-    return jax.scipy.linalg.cho_factor(S, lower=True)
+    return jnp.moveaxis(jnp.concatenate(rows, axis=0), (0, 1), (-2, -1))
+
+
+def dense_factor(blocks: dict, sizes) -> tuple:
+    """ONE dense batched Cholesky (LAPACK) of the assembled S, for :func:`dense_solve`.
+
+    Slower per call than :class:`BlockCholesky` for small blocks but compiles to a handful of
+    operations; used for small batches of small systems and inside one-shot analyses
+    (assembly, kinematic analysis), where compile time dominates (``SchurSystem(...,
+    dense=True)`` in rbjax/_engine/schur.py). ``sizes``: the rows of each joint.
+    """
+    return jax.scipy.linalg.cho_factor(dense_assemble(blocks, sizes), lower=True)
 
 
 def dense_solve(chol: tuple, b: list) -> list:
@@ -230,12 +244,19 @@ class BlockCholeskyBatched:
         self.n = n
         bf = {key: jnp.moveaxis(blk, (0, 1), (-2, -1)) for key, blk in blocks.items()}
         L: dict = {}
+        flags = []
         for k in range(n):
             acc = bf[(k, k)]
             for l in range(k):
                 if (k, l) in L:
                     acc = acc - L[(k, l)] @ jnp.swapaxes(L[(k, l)], -1, -2)
             L[(k, k)] = jnp.linalg.cholesky(acc)
+            flags.append(
+                rank.deficient(
+                    jnp.diagonal(L[(k, k)], axis1=-2, axis2=-1) ** 2,
+                    jnp.diagonal(bf[(k, k)], axis1=-2, axis2=-1),
+                )
+            )
             for i in range(k + 1, n):
                 acc = bf.get((i, k))
                 for l in range(k):
@@ -250,6 +271,7 @@ class BlockCholeskyBatched:
                     L[(i, k)] = jnp.swapaxes(xt, -1, -2)
         self.L = L
         self.below = {k: [i for i in range(k + 1, n) if (i, k) in L] for k in range(n)}
+        self.deficient = rank.any_deficient(*flags)
 
     def solve(self, b: list) -> list:
         n, L = self.n, self.L

@@ -14,7 +14,7 @@ from jaxtyping import Array, Float
 
 from .. import _quaternion as quat
 from .._topology import GROUND
-from . import kernels as cf
+from . import kernels as cf, rank
 from .forces import Resultants, total_resultants
 from .joints import joint_terms
 from .layout import inertia_components
@@ -222,8 +222,12 @@ def _us_mechanism(model, t, q, u, qdot, res, p, pd, npd, Mu, L, Q):
         ẍ = a + L_x⁻ᵀ (A L_x⁻ᵀ)⁺ (b − A a),   a = M_x⁻¹ Q_x,
 
     with the Moore–Penrose inverse computed by SVD: it stays valid when joint equations are
-    redundant (rank-deficient A). The multipliers returned are the minimum-norm ones,
-    μ = (B Bᵀ)⁺ (b − A a); normalisation entries are halved to match c = |p|² − 1.
+    redundant (rank-deficient A). Singular values of B = A L_x⁻ᵀ at most 64·√eps times the
+    largest count as zero (the cutoff of rbjax/_engine/rank.py, the same as the Schur
+    complement's on the eigenvalues of B Bᵀ): off the joint manifold, drift makes redundant
+    equations nearly independent, and inverting those directions creates spurious forces. The
+    multipliers returned are the minimum-norm ones, μ = (B Bᵀ)⁺ (b − A a) = (B⁺)ᵀ B⁺ (b − A a);
+    normalisation entries are halved to match c = |p|² − 1.
     """
     nb = model.nb
     batch = p.shape[:-2]
@@ -265,13 +269,17 @@ def _us_mechanism(model, t, q, u, qdot, res, p, pd, npd, Mu, L, Q):
     Bt = jax.scipy.linalg.solve_triangular(lx, At, lower=True)
     B = jnp.swapaxes(Bt.reshape(batch + (7 * nb, nb + m)), -1, -2)
     resid = bvec - (A @ a[..., None])[..., 0]
-    Bp = jnp.linalg.pinv(B)
-    z = (Bp @ resid[..., None])[..., 0].reshape(batch + (nb, 7))
+    # One truncated Moore–Penrose inverse (singular values ≤ 64·√eps times the largest are
+    # zero: rbjax/_engine/rank.py says why the default cutoff is not enough), and μ from it:
+    # (B Bᵀ)⁺ = (B⁺)ᵀ B⁺, so μ = (B⁺)ᵀ z with z = B⁺ (b − A a).
+    Bp = jnp.linalg.pinv(B, rtol=rank.singular_rtol(dtype))
+    zf = (Bp @ resid[..., None])[..., 0]
+    z = zf.reshape(batch + (nb, 7))
     corr = jax.scipy.linalg.solve_triangular(jnp.swapaxes(lx, -1, -2), z[..., None], lower=False)[
         ..., 0
     ]
     xdd = a.reshape(batch + (nb, 7)) + corr
-    mu = (jnp.linalg.pinv(B @ jnp.swapaxes(B, -1, -2), hermitian=True) @ resid[..., None])[..., 0]
+    mu = (jnp.swapaxes(Bp, -1, -2) @ zf[..., None])[..., 0]
     lam = jnp.concatenate([0.5 * mu[..., :nb], mu[..., nb:]], axis=-1)
     pdd_cf = jnp.moveaxis(xdd[..., 3:7], -1, 0)
     wdot = 2.0 * cf.qmul(cf.qconj(q[3:7]), pdd_cf)[1:4] / cf.qnorm2(q[3:7])

@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._topology import GROUND
+from . import rank
 from .blockchol import _bwd, _chol, _cut, _fwd
 
 
@@ -252,10 +253,17 @@ class TreeFactor:
             Unew = [
                 sum(Y[c][r] * Y[d][r] for r in range(m)) for c in range(7) for d in range(c + 1)
             ]
-            return Unew, (_tril(Lb), _tril(Lj))
+            # a tree joint whose own equations are dependent (rbjax/_engine/rank.py)
+            bad = rank.any_deficient(
+                *(rank.deficient(Lj[r][r] * Lj[r][r], E[r][r]) for r in range(m))
+            )
+            return Unew, (_tril(Lb), _tril(Lj), bad)
 
         U0 = [jnp.zeros((width,) + batch, dtype) for _ in range(28)]
-        _, (self.Lb, self.Lj) = jax.lax.scan(step, U0, (Ml, self.Wc, self.Wp, padl, self.child))
+        _, (self.Lb, self.Lj, bad) = jax.lax.scan(
+            step, U0, (Ml, self.Wc, self.Wp, padl, self.child)
+        )
+        self.deficient = jnp.any(bad)
 
     def solve(self, f, g):
         """x, y of the tree KKT system for f (7, nb, *b) and g (m, nb, *b) per body's joint."""
@@ -375,6 +383,16 @@ class TreeSchur:
             )
             P = jnp.moveaxis(P, (0, 1), (-2, -1))
             self.Pf = jax.scipy.linalg.cho_factor(0.5 * (P + jnp.swapaxes(P, -1, -2)), lower=True)
+            # P is the Schur complement of the closure rows in S: a pivot is compared with
+            # the closure row's own diagonal entry of S, G M⁻¹ Gᵀ, so that a closure row
+            # that depends on tree rows (P_aa ≈ 0, a redundant loop) is caught
+            s_cc = jnp.einsum("acb...,acb...->a...", self.G, jax.vmap(self.minv)(self.G))
+            closure_bad = rank.deficient(
+                jnp.diagonal(self.Pf[0], axis1=-2, axis2=-1) ** 2, jnp.moveaxis(s_cc, 0, -1)
+            )
+            self.deficient = rank.any_deficient(tree.deficient, closure_bad)
+        else:
+            self.deficient = tree.deficient
         return tree
 
     def _split(self, r):

@@ -37,7 +37,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import dynamics as dyn, kernels as cf
+from . import dynamics as dyn, kernels as cf, rank
 from .forces import total_resultants
 from .joints import joint_terms
 from .mass import half_trace, minv
@@ -189,6 +189,7 @@ def _solver(tol, max_iters, exact):
     def solve(args):
         model, t, q, u, h = args
         fn = lambda z: residual(z, args)  # noqa: E731
+        rank_test = rank.may_be_redundant(model)  # singular Newton matrices (newton.py)
         z0 = _guess(model, q, u)
         batch = z0.shape[1:]
         eps = float(jnp.finfo(z0.dtype).eps)
@@ -217,7 +218,7 @@ def _solver(tol, max_iters, exact):
 
         def n_body(carry):
             z, it, done, prev = carry
-            dz = batched_solve(batch_jacobian(fn, z), -fn(z))
+            dz = batched_solve(batch_jacobian(fn, z), -fn(z), rank_test=rank_test)
             dz = jnp.where(done, 0.0, dz)  # converged systems stay put
             z = z + dz
             size, _, _, now, _ = update(z, dz, it, prev, tol)
@@ -289,7 +290,9 @@ def _tangent_solve(g, y, _, args, aux):
         step = lambda _, x: x + precondition(y - g(x))  # noqa: E731
         return jax.lax.fori_loop(0, REFINE_STEPS, step, precondition(y))
 
-    return jax.lax.cond(jnp.all(fast), refine, lambda y: dense_tangent_solve(g, y), y)
+    return jax.lax.cond(
+        jnp.all(fast), refine, lambda y: dense_tangent_solve(g, y, None, args, aux), y
+    )
 
 
 def implicit_midpoint_step(model, t, q, u, h, tol, max_iters, exact=False):

@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import rank
+
 
 def flatten(z):
     """(k, *batch, nb) -> (k*nb, *batch): one row per (component, body) of a system."""
@@ -35,16 +37,43 @@ def batch_jacobian(g, zf):
     return jnp.moveaxis(jnp.moveaxis(cols, 0, -1), 0, -2)
 
 
-def batched_solve(jac, rhs):
-    """Solve jac x = rhs per system; jac (*batch, n, n), rhs (n, *batch)."""
-    x = jnp.linalg.solve(jac, jnp.moveaxis(rhs, 0, -1)[..., None])[..., 0]
-    return jnp.moveaxis(x, -1, 0)
+def batched_solve(jac, rhs, *, rank_test: bool = True):
+    """Solve jac x = rhs per system; jac (*batch, n, n), rhs (n, *batch).
+
+    LU with partial pivoting. With ``rank_test`` (:func:`rbjax._engine.rank.may_be_redundant`
+    of the model), a batch where some pivot is at most
+    :func:`rbjax._engine.rank.singular_rtol` (64·√eps) times the largest of its system takes
+    the minimum-norm solution instead. With redundant joint equations the Newton matrices of
+    the implicit midpoint step and of the projections are singular to rounding (the iterate
+    satisfies the joint equations, so the dependent rows are dependent and the multipliers
+    have a null space; pivots ~1e-20 of the largest measured on a four-bar), and the LU
+    solution of such a consistent system carries a huge null-space part that rounding spreads
+    into every unknown (NaN at the first exact-Newton step, and a gradient off by 1e130,
+    measured). The pseudo-inverse (SVD) cuts singular values at the rounding level (NumPy's
+    10·n·eps of the largest), not at rbjax/_engine/rank.py's cutoff: the legitimate small
+    singular values of these matrices shrink with the step (3e-9 of the largest at h = 1e-4,
+    same four-bar, independent joints), those of redundant rows sit at 1e-19. A pivot test
+    that fires on a regular matrix only costs time: its pseudo-inverse is its inverse."""
+    b = jnp.moveaxis(rhs, 0, -1)[..., None]
+    if not rank_test:
+        return jnp.moveaxis(jnp.linalg.solve(jac, b)[..., 0], -1, 0)
+    lu, pivots, _ = jax.lax.linalg.lu(jac)
+    d = jnp.abs(jnp.diagonal(lu, axis1=-2, axis2=-1))
+    bad = jnp.any(~(d > rank.singular_rtol(d.dtype) * jnp.max(d, axis=-1, keepdims=True)))
+    x = jax.lax.cond(
+        bad,
+        lambda bb: jnp.linalg.pinv(jac) @ bb,
+        lambda bb: jax.scipy.linalg.lu_solve((lu, pivots), bb),
+        b,
+    )
+    return jnp.moveaxis(x[..., 0], -1, 0)
 
 
-def dense_tangent_solve(g, y, *_):
+def dense_tangent_solve(g, y, z, args, aux):
     """Exact tangent solve of :func:`implicit_root` with the dense Jacobian of the linear map
-    g (one jvp per unknown) and one LU per system."""
-    return batched_solve(batch_jacobian(g, y), y)
+    g (one jvp per unknown) and one LU per system (``args[0]``: the model, whose structure
+    decides the rank test of :func:`batched_solve`)."""
+    return batched_solve(batch_jacobian(g, y), y, rank_test=rank.may_be_redundant(args[0]))
 
 
 @eqx.filter_custom_jvp

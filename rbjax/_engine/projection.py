@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import kernels as cf
+from . import kernels as cf, rank
 from .joints import joint_terms, row_layout
 from .mass import mvec
 from .newton import (
@@ -64,10 +64,31 @@ def joint_errors(model, r):
     return norm_rows(model, r)
 
 
+# Why the Gauss–Newton iteration of :func:`_gauss_newton` stopped, per system (its 4th output).
+CONVERGED, ITERATION_LIMIT, STALLED, NONFINITE = 0, 1, 2, 3
+STOP_REASONS = {
+    CONVERGED: "converged",
+    ITERATION_LIMIT: "it reached the iteration limit while the residual was still decreasing "
+    "(raise max_iters or start closer)",
+    STALLED: "the residual stopped decreasing (no 0.1 % decrease in its last 10 iterations): "
+    "a least-squares point, where the joint equations contradict each other (or the start is "
+    "at a singular configuration)",
+    NONFINITE: "a Newton step was not finite (a singular joint Jacobian); the last finite "
+    "iterate is reported",
+}
+STALL_ITERS = 10
+
+
 def _gauss_newton(model, t, q, tol, max_iters, dense):
     """Path-following Gauss–Newton onto Φ(q, t) = 0: q ← N(q + Q⁻¹(q) δu) with the
     minimum-norm step δu = −M⁻¹W̃ᵀS⁻¹Φ re-linearised at every iterate (robust from far away;
-    its end point depends on the path, so it only warm-starts :func:`closest_point`)."""
+    its end point depends on the path, so it only warm-starts :func:`closest_point`).
+
+    Returns (q, largest |Φ| per joint at q, iterations, why it stopped per system: a key of
+    :data:`STOP_REASONS`). A system whose step is not finite keeps its last finite iterate;
+    one whose largest residual has not decreased by 0.1 % in :data:`STALL_ITERS` iterations
+    is reported STALLED (the iteration itself runs on, as before, to ``tol`` or
+    ``max_iters``)."""
     kin = model.formulation._engine_kinematics
     zero_u = jnp.zeros_like(q)
 
@@ -79,17 +100,38 @@ def _gauss_newton(model, t, q, tol, max_iters, dense):
         return _renormalise(model, q + kin(q, du)), norm_rows(model, terms.c)
 
     def cond(carry):
-        _, it, err = carry
+        _, it, err, *_ = carry
         return (it < max_iters) & (jnp.max(err) > tol)
 
     def body(carry):
-        q, it, _ = carry
-        q, err = step(q)
-        return q, it + 1, err
+        q, it, _, best, stall, broke = carry
+        q_new, err = step(q)  # err: the residual at q (before the step)
+        worst = jnp.max(err, axis=0)
+        better = worst < (1.0 - 1e-3) * best
+        stall = jnp.where(better, 0, stall + 1)
+        best = jnp.minimum(best, worst)
+        finite = jnp.all(jnp.isfinite(q_new), axis=(0, -1))
+        broke = broke | ~finite
+        return jnp.where(broke[None, ..., None], q, q_new), it + 1, err, best, stall, broke
 
-    err0 = jnp.full((len(model.joints),) + q.shape[1:-1], jnp.inf, q.dtype)
-    q, it, _ = jax.lax.while_loop(cond, body, (q, jnp.asarray(0), err0))
-    return q, joint_errors(model, residuals(model, t, q)), it
+    batch = q.shape[1:-1]
+    err0 = jnp.full((len(model.joints),) + batch, jnp.inf, q.dtype)
+    carry = (
+        q,
+        jnp.asarray(0),
+        err0,
+        jnp.full(batch, jnp.inf, q.dtype),
+        jnp.zeros(batch, jnp.int32),
+        jnp.zeros(batch, bool),
+    )
+    q, it, _, _, stall, broke = jax.lax.while_loop(cond, body, carry)
+    err = joint_errors(model, residuals(model, t, q))
+    reason = jnp.where(
+        jnp.max(err, axis=0) <= tol,
+        CONVERGED,
+        jnp.where(broke, NONFINITE, jnp.where(stall >= STALL_ITERS, STALLED, ITERATION_LIMIT)),
+    )
+    return q, err, it, reason
 
 
 # ---------------------------------------------------------------- projection of a step
@@ -240,7 +282,7 @@ def _nu_index(model):
 def _gauss_newton_solver(tol, max_iters, dense):
     def solve(args):
         model, t, q0 = args
-        qa, _, it = _gauss_newton(model, t, q0, tol, max_iters, dense)
+        qa, _, it, _ = _gauss_newton(model, t, q0, tol, max_iters, dense)
         return flatten(_inverse_retract(model, q0, qa)), it
 
     return solve
@@ -282,7 +324,7 @@ def _kkt_solver(tol, max_iters, dense):
         model, t, q0 = args
         n = 7 * model.nb
         m = sum(model.joint_rows)
-        qa, _, it = _gauss_newton(model, t, q0, tol, max_iters, dense)
+        qa, err_gn, it, reason = _gauss_newton(model, t, q0, tol, max_iters, dense)
         d0 = flatten(_inverse_retract(model, q0, qa))
         z = jnp.concatenate([d0, jnp.zeros((m,) + d0.shape[1:], d0.dtype)], axis=0)
         mass = batch_jacobian(lambda d: _metric(model, q0, d), d0)
@@ -304,14 +346,21 @@ def _kkt_solver(tol, max_iters, dense):
             res = jnp.concatenate(
                 [_metric(model, q0, z[:n]) - jnp.where(pin, 0.0, jt_mu), _phi(model, t, q0, z[:n])]
             )
-            dz = batched_solve(jnp.concatenate([top, bot], axis=-2), -res)
+            kkt = jnp.concatenate([top, bot], axis=-2)
+            dz = batched_solve(kkt, -res, rank_test=rank.may_be_redundant(model))
             z = z + dz
             size = jnp.max(jnp.abs(dz), axis=0) / (1.0 + jnp.max(jnp.abs(z), axis=0))
             return z, size, k + 1
 
         inf = jnp.full(z.shape[1:], jnp.inf, z.dtype)
-        z, _, _ = jax.lax.while_loop(cond, body, (z, inf, jnp.asarray(0)))
-        return z, it
+        z1, _, _ = jax.lax.while_loop(cond, body, (z, inf, jnp.asarray(0)))
+        # Where Gauss–Newton did not reach the manifold the KKT system may have no root: its
+        # iterate is kept only where it lowered the residual, otherwise the Gauss–Newton end
+        # point is returned (assemble then reports it and why Gauss–Newton stopped).
+        q1 = _retract(model, q0, unflatten(z1[:n], 7, model.nb))
+        err1 = jnp.max(joint_errors(model, residuals(model, t, q1)), axis=0)
+        keep = (reason == CONVERGED) | (err1 <= jnp.max(err_gn, axis=0))
+        return jnp.where(keep, z1, z), (it, reason)
 
     return solve
 
@@ -324,15 +373,16 @@ def closest_point(model, t, q0, tol, max_iters, *, dense=False):
     with M of Möller & Glocker 2012 eq. (64) and R the retraction of :func:`_retract`. Its KKT system
     (:func:`_kkt_residual`; ν ≡ 0 for rigid bodies) is square, so the result is a function of q0
     and of the model, differentiated by the implicit function theorem (dense tangent solves).
-    Returns (q, largest |Φ| per joint, Gauss–Newton iterations)."""
-    z, it = implicit_root(
+    Returns (q, largest |Φ| per joint, Gauss–Newton iterations, why Gauss–Newton stopped per
+    system: a key of :data:`STOP_REASONS`; where it did not converge, q is its end point)."""
+    z, (it, reason) = implicit_root(
         (model, t, q0),
         residual=_kkt_residual,
         solve=_kkt_solver(tol, max_iters, dense),
         tangent_solve=dense_tangent_solve,
     )
     q = _retract(model, q0, unflatten(z[: 7 * model.nb], 7, model.nb))
-    return q, joint_errors(model, residuals(model, t, q)), it
+    return q, joint_errors(model, residuals(model, t, q)), it, reason
 
 
 def project_velocity(model, t, q, u, *, dense=False):

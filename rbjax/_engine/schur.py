@@ -32,11 +32,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import rank
 from .blockchol import (
     DENSE_MAX_BATCH,
     UNROLL_MAX_ROWS,
-    dense_factor,
-    dense_solve,
+    dense_assemble,
     factor,
     mm_t,
     prefers_dense,
@@ -266,35 +266,54 @@ class SchurSystem:
 
     def _solver(self):
         """The factorised solve of stacked right-hand sides (built once, in the caller's
-        trace, outside any solve)."""
+        trace, outside any solve).
+
+        Every factorisation is a Cholesky factorisation that also reports whether a pivot
+        was deficient (a joint equation that is, to rbjax/_engine/rank.py's cutoff, a linear
+        combination of earlier ones: redundant equations); the solve then switches to the
+        minimum-norm solution S⁺ r of the assembled S (:func:`rank.guarded`). Models whose
+        equations cannot be dependent (:func:`rank.may_be_redundant`) skip the test."""
         if self._solve is not None:
             return self._solve
-        if self.method == "dense" and self._unrolled:
-            chol = dense_factor(self._blocks(), self.terms.rows)
-
-            def solve(r):
-                return jnp.concatenate(dense_solve(chol, self.terms.split(r)), axis=0)
-
-        elif self.method == "dense":
-            S = jnp.moveaxis(self.assemble(), (0, 1), (-2, -1))
+        n = self.n
+        test = rank.may_be_redundant(self.model)
+        if self.method == "dense":
+            if self._unrolled:
+                S = dense_assemble(self._blocks(), self.terms.rows)
+            else:
+                S = jnp.moveaxis(self.assemble(), (0, 1), (-2, -1))
             chol = jax.scipy.linalg.cho_factor(S, lower=True)
+            bad = rank.deficient(
+                jnp.diagonal(chol[0], axis1=-2, axis2=-1) ** 2,
+                jnp.diagonal(S, axis1=-2, axis2=-1),
+            )
 
-            def solve(r):
+            def fast(r):
                 rhs = jnp.moveaxis(r, 0, -1)[..., None]
                 return jnp.moveaxis(jax.scipy.linalg.cho_solve(chol, rhs)[..., 0], -1, 0)
 
-        elif self.method == "tree":
-            tree = self._elimination()
-            tree.factor()
-            solve = tree.solve
+            def assemble():
+                return S
+
         else:
-            fac = factor(self._blocks(), len(self.terms.rows), self.n)
+            if self.method == "tree":
+                tree = self._elimination()
+                tree.factor()
+                fast, bad = tree.solve, tree.deficient
+            else:
+                fac = factor(self._blocks(), len(self.terms.rows), n)
+                bad = fac.deficient
 
-            def solve(r):
-                return jnp.concatenate(fac.solve(self.terms.split(r)), axis=0)
+                def fast(r):
+                    return jnp.concatenate(fac.solve(self.terms.split(r)), axis=0)
 
-        self._solve = solve
-        return solve
+            def assemble():
+                return jnp.moveaxis(self.assemble(), (0, 1), (-2, -1))
+
+        if test:
+            fast = rank.guarded(rank.any_deficient(bad), fast, assemble)
+        self._solve = fast
+        return fast
 
     def factorise(self) -> SchurSystem:
         """Factor S now, in the caller's trace. A solver that iterates with a frozen S calls

@@ -50,9 +50,8 @@ def load(
     are differentiable).
     ``unsupported``: elements with dynamics rbjax does not model (contacts, joint limits,
     tendons, ...) are listed by name in one warning (``"warn"``) or a ValueError
-    (``"error"``). ``formulation``: default :class:`rbjax.ScalableDAE`, or
-    :class:`rbjax.UdwadiaSchutte` when loop closures make the joint equations redundant (a
-    planar loop closed by a connect); the initial state is assembled onto the loop closures if
+    (``"error"``). ``formulation``: default :class:`rbjax.ScalableDAE` (loop closures whose equations are
+    redundant, as a planar loop closed by a connect, run in every formulation); the initial state is assembled onto the loop closures if
     it violates them (with a warning saying by how much). These options apply to MJCF/URDF
     files only: a model file carries its own state, formulation and controls, and giving them
     for a ``.toml`` is a ValueError rather than silently ignored. Returns a :class:`Loaded`

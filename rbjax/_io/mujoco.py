@@ -460,21 +460,23 @@ def build_from_mujoco(
         rb_model = rb_model.astype(dtype)
     closes_loops = len(joints) > sum(1 for jm in maps if jm.joint is not None)
     if closes_loops:
-        rb_model, state = _close_loops(rb_model, state, formulation is None)
+        rb_model, state = _close_loops(rb_model, state)
     return rb_model, state, float(m.opt.timestep), source
 
 
-def _close_loops(model, state, choose_formulation):
+def _close_loops(model, state):
     """A model with equality constraints: put the initial state on the loop-closure manifold
     (MuJoCo's qpos, qvel need not satisfy a loop: its soft equality pulls it closed; rbjax's
-    exact one must start closed) and, when the equations are redundant there (a planar loop
-    closed by a connect: 3 equations where 2 are independent), use the formulation that
-    handles redundant constraints exactly (:class:`rbjax.UdwadiaSchutte`, the fundamental
-    equation with the Moore–Penrose inverse)."""
-    from .._analysis.mobility import mobility
-    from .._dynamics import UdwadiaSchutte
+    exact one must start closed) with :func:`rbjax.assemble`, warning when it had to move.
+    Redundant loop equations (a planar loop closed by a connect: 3 equations where 2 are
+    independent) need nothing special: every formulation runs them (rbjax/_engine/rank.py)."""
+    from .._analysis.assembly import assemble
+    from .._analysis.checks import _consistency
 
-    fixed, gap, moved = _assemble_least_squares(model, state)
+    c, cd, _ = _consistency(model, state)
+    gap = float(max(np.max(np.asarray(c)), np.max(np.asarray(cd))))
+    fixed = assemble(model, state)
+    moved = float(np.max(np.abs(np.asarray(fixed.q) - np.asarray(state.q))))
     if not gap <= 1e-10:
         warnings.warn(
             f"load: the initial state violates the loop closures by {gap:.3g}; it was "
@@ -482,76 +484,7 @@ def _close_loops(model, state, choose_formulation):
             UserWarning,
             stacklevel=4,
         )
-    state = fixed
-    if choose_formulation and mobility(model, state).redundant:
-        model = eqx.tree_at(lambda mdl: mdl.formulation, model, UdwadiaSchutte())
-        model.formulation.check_model(model)
-    return model, state
-
-
-def _assemble_least_squares(model, state, tol=1e-13, max_iters=30):
-    """Gauss–Newton with minimum-norm (pseudo-inverse) steps onto Φ(q) = 0, then the velocity
-    projection u ← u − M⁻¹W̃ᵀ(W̃M⁻¹W̃ᵀ)⁺ W̃u (the closest consistent velocities in the kinetic
-    energy metric). Pseudo-inverses, so redundant loop equations are fine (rbjax.assemble
-    needs independent ones). Rigid bodies, time-independent joints (what the loader builds).
-    Returns (state, largest initial residual, largest coordinate change)."""
-    import jax
-    import jax.numpy as jnp
-
-    from .. import _quaternion as quat
-
-    ground = jnp.array([0.0, 0, 0, 1, 0, 0, 0], state.q.dtype)
-    pairs = model.topology.joint_bodies
-
-    def phi(q):
-        rows = []
-        for joint, (i, j) in zip(model.joints, pairs, strict=True):
-            qi = ground if i == GROUND else q[i]
-            qj = ground if j == GROUND else q[j]
-            rows.append(joint.residual(qi, qj, 0.0))
-        return jnp.concatenate(rows)
-
-    def moved(q, delta):  # δ = (dr, dθ) per body, dθ in body axes
-        delta = delta.reshape(-1, 6)
-        half = jnp.concatenate([jnp.ones((len(q), 1)), 0.5 * delta[:, 3:6]], axis=1)
-        a = quat.mul(q[:, 3:7], half)
-        a = a / jnp.linalg.norm(a, axis=1, keepdims=True)
-        return jnp.concatenate([q[:, 0:3] + delta[:, 0:3], a], axis=1)
-
-    with jax.ensure_compile_time_eval():
-        q = jnp.asarray(state.q)
-        if q.dtype != jnp.float64:
-            tol = max(tol, 100 * float(jnp.finfo(q.dtype).eps))
-        zero = jnp.zeros(6 * len(q))
-        gap0 = None
-        for _ in range(max_iters):
-            res = np.asarray(phi(q))
-            gap0 = float(np.max(np.abs(res))) if gap0 is None else gap0
-            if np.max(np.abs(res)) <= tol:
-                break
-            jac = np.asarray(jax.jacfwd(lambda d, q=q: phi(moved(q, d)))(zero))
-            q = moved(q, jnp.asarray(-np.linalg.pinv(jac, rcond=1e-10) @ res))
-        jac = np.asarray(jax.jacfwd(lambda d: phi(moved(q, d)))(zero))
-        mass = np.asarray(model.mass)
-        inertia = np.asarray(model.inertia)
-        m_inv = np.zeros((6 * len(q), 6 * len(q)))
-        for b in range(len(q)):
-            m_inv[6 * b : 6 * b + 3, 6 * b : 6 * b + 3] = np.eye(3) / mass[b]
-            m_inv[6 * b + 3 : 6 * b + 6, 6 * b + 3 : 6 * b + 6] = np.linalg.inv(inertia[b])
-        u = np.asarray(state.u, np.float64)
-        vel = np.concatenate([u[:, 0:3], u[:, 4:7]], axis=1).reshape(-1)
-        gap0 = max(gap0 or 0.0, float(np.max(np.abs(jac @ vel))))
-        schur = jac @ m_inv @ jac.T
-        vel = vel - m_inv @ jac.T @ np.linalg.pinv(schur, rcond=1e-10, hermitian=True) @ (jac @ vel)
-        vel = vel.reshape(-1, 6)
-    u_new = np.concatenate([vel[:, 0:3], np.zeros((len(q), 1)), vel[:, 3:6]], axis=1)
-    change = float(np.max(np.abs(np.asarray(q) - np.asarray(state.q))))
-    out = State(
-        t=state.t,
-        q=jnp.asarray(q, state.q.dtype),
-        u=jnp.asarray(u_new, state.u.dtype),
-    )
-    return out, gap0, change
+    return model, fixed
 
 
 def _nq(kind):
