@@ -27,6 +27,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import rbjax  # noqa: E402
+from rbjax._engine import rank  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -47,7 +48,16 @@ def _batched(state, batch: int):
     return jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (batch,) + x.shape), state)
 
 
-def run_case(formulation, twin, batch, steps, repeats):
+def run_case(formulation, twin, batch, steps, repeats, tested=True):
+    """One rollout timed; ``tested=False`` compiles it without the rank test (what a loop
+    cost before redundant equations were handled), for the twin's overhead."""
+    if not tested:
+        rank.may_be_redundant, saved = (lambda model: False), rank.may_be_redundant
+        try:
+            return run_case(formulation, twin, batch, steps, repeats) | {"rank_test": False}
+        finally:
+            rank.may_be_redundant = saved
+    jax.clear_caches()  # the rank test is decided at trace time: trace every case anew
     model, state = parallelogram(twin=twin, formulation=FORMULATIONS[formulation])
     state = _batched(state, batch)
     dt = np.asarray(1e-3)
@@ -69,6 +79,7 @@ def run_case(formulation, twin, batch, steps, repeats):
     return {
         "problem": "parallelogram_twin" if twin else "parallelogram_redundant",
         "formulation": formulation,
+        "rank_test": True,
         "rows": int(sum(model.joint_rows)),
         "batch": batch,
         "steps": steps,
@@ -86,24 +97,33 @@ def main(argv=None):
     args = parser.parse_args(argv)
     records = []
     print(
-        f"{'formulation':<15} {'B':>4} {'model':<10} {'rows':>4} {'compile s':>10} "
+        f"{'formulation':<15} {'B':>4} {'model':<20} {'rows':>4} {'compile s':>10} "
         f"{'run s':>8} {'µs/step':>8}"
     )
     for batch, steps in CASES:
         for formulation in FORMULATIONS:
-            for twin in (True, False):
-                if formulation == "UdwadiaSchutte" and twin:
-                    continue  # the twin is the Schur formulations' baseline
-                r = run_case(formulation, twin, batch, steps, args.repeats)
+            variants = [(True, False), (True, True), (False, True)]  # (twin, rank test)
+            if formulation == "UdwadiaSchutte":
+                variants = [(False, True)]  # the Schur formulations' twin is its baseline
+            for twin, tested in variants:
+                r = run_case(formulation, twin, batch, steps, args.repeats, tested)
                 records.append(r)
+                label = ("twin" if twin else "redundant") + ("" if tested else " (no test)")
                 print(
-                    f"{formulation:<15} {batch:>4} {'twin' if twin else 'redundant':<10} "
+                    f"{formulation:<15} {batch:>4} {label:<20} "
                     f"{r['rows']:>4} {r['compile_s']:>10.2f} {r['run_s']:>8.3f} "
                     f"{r['us_per_step']:>8.1f}"
                 )
     base = {
-        (r["formulation"], r["batch"]): r for r in records if r["problem"] == "parallelogram_twin"
+        (r["formulation"], r["batch"]): r
+        for r in records
+        if r["problem"] == "parallelogram_twin" and r["rank_test"]
     }
+    print("\nrun-time ratio twin with / without the rank test")
+    for r in records:
+        if r["problem"] == "parallelogram_twin" and not r["rank_test"]:
+            ref = base[(r["formulation"], r["batch"])]
+            print(f"  {r['formulation']:<15} B = {r['batch']:>3}: {ref['run_s'] / r['run_s']:.2f}")
     print("\nrun-time ratio redundant / twin (ScalableDAE twin for UdwadiaSchutte)")
     for r in records:
         if r["problem"] == "parallelogram_redundant":
