@@ -219,7 +219,6 @@ def test_redundant_parallelogram_runs_like_its_twin(name):
 # on the four-bar and on the door). The four-bar's crank turns over and over (kinetic energy
 # up to 40 J); the door (one body) keeps the implicit and projected programs small.
 FORMULATIONS = [
-    ("four_bar", rbjax.NewtonEuler(), rbjax.RK4(), 1e-8),
     ("four_bar", rbjax.UdwadiaSchutte(), rbjax.RK4(), 1e-8),
     ("door", rbjax.UdwadiaSchutte(), rbjax.RK4(), 1e-10),
     ("door", rbjax.NewtonEuler(), rbjax.SemiImplicitEuler(), 1e-10),
@@ -318,6 +317,23 @@ def test_multipliers_are_minimum_norm_and_independent_of_joint_order(formulation
     lam_shuffled = np.asarray(accelerations(shuffled, st)[1][shuffled.nb :]).reshape(4, 5)
     back = lam_shuffled[np.argsort(order)].reshape(-1)
     assert_close(back, lam, rtol=0.0, atol=1e-10 * scale)
+
+
+def test_redundant_multipliers_do_not_depend_on_J0():
+    """UdwadiaSchutte's result is independent of its arbitrary J0 (Udwadia & Schutte 2010,
+    eq. (42)); on the redundant parallelogram the joint multipliers (minimum-norm) and the
+    accelerations are too, and equal the Schur complement's (ScalableDAE)."""
+    state = rbjax.rollout(*parallelogram(), 1e-3, 200, save_every=200)[-1]
+    accelerations = eqx.filter_jit(rbjax.accelerations)
+    schur, _ = parallelogram()
+    a_ref, lam_ref = accelerations(schur, state)
+    scale = float(np.abs(np.asarray(lam_ref)).max())
+    for j0 in (0.3, 1.0, 25.0):
+        model, _ = parallelogram(formulation=rbjax.UdwadiaSchutte(jnp.asarray(j0)))
+        a, lam = accelerations(model, state)
+        assert_close(a, a_ref, rtol=0.0, atol=1e-9, err_msg=f"J0 = {j0}")
+        # joint rows (the first nb entries are the bodies' own multipliers, which depend on J0)
+        assert_close(lam[3:], lam_ref[3:], rtol=0.0, atol=1e-9 * scale, err_msg=f"J0 = {j0}")
 
 
 def test_every_schur_factorisation_detects_the_dependent_rows(monkeypatch):
