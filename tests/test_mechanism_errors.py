@@ -138,6 +138,10 @@ def test_assembly_repairs_a_perturbed_state():
     assert c < 1e-12 and cd < 1e-12, (c, cd)
     # minimum-norm correction: the perturbed coordinates move, the rest barely
     assert np.abs(np.asarray(fixed.q) - q).max() < 0.1
+    # one Newton iteration is not enough: the error says so, with a finite residual
+    with pytest.raises(ValueError, match=r"after 1 Newton iteration;.*iteration limit") as info:
+        rbjax.assemble(model, st, max_iters=1)
+    assert "nan" not in str(info.value)
 
 
 def test_rollout_rejects_inconsistent_initial_state():

@@ -75,9 +75,10 @@ def _failure_message(model, err, failed, reason, it, tol) -> str:
     if failed.size > 1:
         idx = np.flatnonzero(failed)
         where = f" in {idx.size} of {failed.size} systems (first: batch index {int(idx[0])})"
+    n = int(np.max(it))
     return (
-        f"assemble: the joints cannot all be satisfied{where} after {int(np.max(it))} Newton "
-        f"iterations; these joints keep a residual above {tol:.1g}: {worst}. Newton stopped "
+        f"assemble: the joints cannot all be satisfied{where} after {n} Newton "
+        f"iteration{'' if n == 1 else 's'}; these joints keep a residual above {tol:.1g}: {worst}. Newton stopped "
         f"because {why}. Fix: check their attachment points and axes against the bodies' "
         "positions (start closer to an assembled configuration, e.g. build joints with "
         ".at(q, ...)), or remove contradicting joints."
