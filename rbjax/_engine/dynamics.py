@@ -272,7 +272,7 @@ def _us_mechanism(model, t, q, u, qdot, res, p, pd, npd, Mu, L, Q):
     # One truncated Moore–Penrose inverse (singular values ≤ 64·√eps times the largest are
     # zero: rbjax/_engine/rank.py says why the default cutoff is not enough), and μ from it:
     # (B Bᵀ)⁺ = (B⁺)ᵀ B⁺, so μ = (B⁺)ᵀ z with z = B⁺ (b − A a).
-    Bp = jnp.linalg.pinv(B, rtol=rank.singular_rtol(dtype))
+    Bp = jnp.linalg.pinv(B, rtol=rank.pinv_rtol(B))
     zf = (Bp @ resid[..., None])[..., 0]
     z = zf.reshape(batch + (nb, 7))
     corr = jax.scipy.linalg.solve_triangular(jnp.swapaxes(lx, -1, -2), z[..., None], lower=False)[

@@ -53,9 +53,18 @@ its rows, Golub & Van Loan §5.2), so d_j ≤ rtol · S_jj says exactly "row j i
 a linear combination of earlier rows" (:func:`deficient`). Every factorisation reports that;
 when it happens anywhere in the batch, the solve switches (``jax.lax.cond``, a value test,
 never a host decision) to the pseudo-inverse of the assembled S by a symmetric
-eigendecomposition with eigenvalues ≤ rtol · max dropped (:func:`guarded`). Independent
-equations never take that branch. Models whose equations cannot be dependent skip the test
-altogether (:func:`may_be_redundant`, static).
+eigendecomposition (:func:`guarded`): as many of its smallest eigenvalues are dropped as the
+Jacobi-scaled S, D^{-1/2} S D^{-1/2}, has at most rtol times its largest (the pivots' own
+diagonal-relative test; :func:`pinv_factor`). Independent equations never take that branch.
+Models whose equations cannot be dependent skip the test altogether
+(:func:`may_be_redundant`, static). UdwadiaSchutte's SVD of B = A L⁻ᵀ (not squared) uses
+:func:`pinv_rtol`.
+
+**float32.** rtol is 4.9e-4 there. Over 2 s of RK4 at 1 ms the redundant four-bar keeps its
+joints to 4e-4 m (its non-redundant twin: 1e-3 m; tests/test_redundant_loops.py). Over 10 s,
+plain RK4's float32 drift (1e-2) lifts the dependent equations past the cutoff and the loop
+comes apart (joint residual 0.96 m, measured), while Projected(RK4()) holds it to 9e-6 m:
+in float32 a redundant loop needs a projecting (or an implicit) integrator for long runs.
 """
 
 from __future__ import annotations
@@ -107,11 +116,43 @@ def any_deficient(*flags):
 
 def pinv_factor(S):
     """The truncated eigendecomposition of symmetric positive semidefinite S (..., n, n):
-    (V (..., n, n), w⁺ (..., n)) with S⁺ = V diag(w⁺) Vᵀ, eigenvalues w ≤ :func:`rtol` · max w
-    set to zero (module docstring)."""
-    w, v = jnp.linalg.eigh(0.5 * (S + jnp.swapaxes(S, -1, -2)))
-    keep = w > rtol(w.dtype) * w[..., -1:]
+    (V (..., n, n), w⁺ (..., n)) with S⁺ = V diag(w⁺) Vᵀ.
+
+    How many directions are dependent is decided on the Jacobi-scaled D^{-1/2} S D^{-1/2}
+    (D = diag S): its eigenvalues at most :func:`rtol` times the largest, the same
+    diagonal-relative test as :func:`deficient` on the pivots, blind to the scale of the
+    masses and lengths. That many of the smallest eigenvalues of S itself are set to zero (and
+    any at the rounding level, n·eps of the largest), so λ = S⁺ r stays the minimum-norm
+    solution. (A cutoff relative to S's largest eigenvalue also dropped legitimate directions
+    whenever the mass matrix is ill-conditioned: in float32, a rod's small axial inertia put an
+    independent direction of the parallelogram below 4096 ε, and the joints drifted apart.)"""
+    S = 0.5 * (S + jnp.swapaxes(S, -1, -2))
+    n = S.shape[-1]
+    d = jnp.diagonal(S, axis1=-2, axis2=-1)
+    dinv = jnp.where(d > 0, 1.0 / jnp.sqrt(jnp.where(d > 0, d, 1.0)), 0.0)
+    scaled = eigvalsh(S * dinv[..., :, None] * dinv[..., None, :])
+    dependent = jnp.sum(~(scaled > rtol(S.dtype) * scaled[..., -1:]), axis=-1)
+    w, v = jnp.linalg.eigh(S)
+    floor = n * float(jnp.finfo(S.dtype).eps) * w[..., -1:]
+    keep = (jnp.arange(n) >= dependent[..., None]) & (w > floor)
     return v, jnp.where(keep, 1.0 / jnp.where(keep, w, 1.0), 0.0)
+
+
+def eigvalsh(S):
+    """Eigenvalues of symmetric S (..., n, n), ascending."""
+    return jnp.linalg.eigvalsh(S)
+
+
+def pinv_rtol(B) -> float:
+    """The relative cutoff of ``jnp.linalg.pinv(B, rtol=...)`` for a mass-weighted constraint
+    matrix B (..., rows, cols) (Udwadia–Schutte's B = A L⁻ᵀ, whose singular values are not
+    squared as the Schur complement's eigenvalues are): the float64 cutoff
+    :func:`singular_rtol` (64·√eps ≈ 9.5e-7, above the drift-lifted singular values measured
+    in the module docstring), but at least 100 times the rounding level max(rows, cols)·eps
+    (float32, 23 rows: 2.7e-4; with 64·√eps32 = 0.022 every float32 four-bar, redundant or
+    not, lost independent directions and drifted apart within 2 s, measured)."""
+    eps = float(jnp.finfo(B.dtype).eps)
+    return max(singular_rtol(jnp.float64), 100.0 * max(B.shape[-2:]) * eps)
 
 
 def pinv_solve(fac, r):
