@@ -209,7 +209,7 @@ def _loops_note(model, state0) -> str:
     first = State(t=jnp.reshape(state0.t, (-1,))[0], q=first.q, u=first.u)
     try:
         mob = mobility(model, first)
-    except ValueError:  # e.g. a batched model: the general note
+    except Exception:  # e.g. a batched model: the general note, never a second error
         return _LOOPS
     if not mob.redundant:
         return _LOOPS
