@@ -56,25 +56,30 @@ def assemble(
         tol = 1e-12 if state.q.dtype == jnp.float64 else 1e-5
     out, err, it, reason = _assemble(model, state, float(tol), int(max_iters), bool(velocities))
     if is_concrete(err):
+        batch = np.shape(err)[1:]
         err = np.asarray(err).reshape(len(model.joints), -1)
         failed = ~np.all(err <= 100 * tol, axis=0)  # per system
         if failed.any():
-            raise ValueError(_failure_message(model, err, failed, np.asarray(reason), it, tol))
+            raise ValueError(
+                _failure_message(model, err, failed, np.asarray(reason), it, tol, batch)
+            )
     return out
 
 
-def _failure_message(model, err, failed, reason, it, tol) -> str:
+def _failure_message(model, err, failed, reason, it, tol, batch) -> str:
     """The error of :func:`assemble`: per joint its largest residual over the failed systems
     (that of the last finite iterate), and why Gauss–Newton stopped."""
     worst_err = np.where(failed, err, -np.inf).max(axis=1)  # NaN propagates
     bad = [(n, e) for n, e in zip(model.joint_names, worst_err, strict=True) if not e <= 100 * tol]
     worst = ", ".join(f"'{n}' (residual {e:.3g})" for n, e in bad)
-    reasons = sorted(set(np.broadcast_to(reason, failed.shape).reshape(-1)[failed].tolist()))
+    reasons = sorted(set(np.broadcast_to(reason.reshape(-1), failed.shape)[failed].tolist()))
     why = "; ".join(STOP_REASONS[int(r)] for r in reasons)
     where = ""
     if failed.size > 1:
         idx = np.flatnonzero(failed)
-        where = f" in {idx.size} of {failed.size} systems (first: batch index {int(idx[0])})"
+        first = tuple(int(i) for i in np.unravel_index(idx[0], batch))
+        first = first[0] if len(first) == 1 else first
+        where = f" in {idx.size} of {failed.size} systems (first: batch index {first})"
     n = int(np.max(it))
     return (
         f"assemble: the joints cannot all be satisfied{where} after {n} Newton "

@@ -130,17 +130,12 @@ def pinv_factor(S):
     n = S.shape[-1]
     d = jnp.diagonal(S, axis1=-2, axis2=-1)
     dinv = jnp.where(d > 0, 1.0 / jnp.sqrt(jnp.where(d > 0, d, 1.0)), 0.0)
-    scaled = eigvalsh(S * dinv[..., :, None] * dinv[..., None, :])
+    scaled = jnp.linalg.eigvalsh(S * dinv[..., :, None] * dinv[..., None, :])
     dependent = jnp.sum(~(scaled > rtol(S.dtype) * scaled[..., -1:]), axis=-1)
     w, v = jnp.linalg.eigh(S)
     floor = n * float(jnp.finfo(S.dtype).eps) * w[..., -1:]
     keep = (jnp.arange(n) >= dependent[..., None]) & (w > floor)
     return v, jnp.where(keep, 1.0 / jnp.where(keep, w, 1.0), 0.0)
-
-
-def eigvalsh(S):
-    """Eigenvalues of symmetric S (..., n, n), ascending."""
-    return jnp.linalg.eigvalsh(S)
 
 
 def pinv_rtol(B) -> float:
