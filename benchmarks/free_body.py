@@ -58,6 +58,21 @@ def machine() -> dict:
     }
 
 
+def compile_and_run(call, repeats: int) -> dict:
+    """Time ``call`` (which blocks until its result is ready): ``compile_s`` = the first call
+    minus the median of ``repeats`` further calls (``run_s``; all of them in ``runs_s``)."""
+    t0 = time.perf_counter()
+    call()
+    first = time.perf_counter() - t0
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        call()
+        runs.append(time.perf_counter() - t0)
+    run = statistics.median(runs)
+    return {"compile_s": first - run, "run_s": run, "runs_s": runs}
+
+
 def write_records(records: list, path: str | None) -> list:
     """Stamp every new record with the machine (records kept from an earlier run keep theirs),
     print it and write the JSON list to ``path``."""

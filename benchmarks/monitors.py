@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import jax
 import numpy as np
@@ -27,7 +25,7 @@ import rbjax  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
-from free_body import write_records  # noqa: E402
+from free_body import compile_and_run, write_records  # noqa: E402
 
 CASES = (("free_body", 1024, 1000), ("pendulum_2", 64, 2000), ("pendulum_16", 64, 500))
 
@@ -52,24 +50,14 @@ def run_case(name, batch, steps, save_every, monitors, repeats):
         jax.block_until_ready(traj.q)
         return traj
 
-    t0 = time.perf_counter()
-    call()
-    first = time.perf_counter() - t0
-    runs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        call()
-        runs.append(time.perf_counter() - t0)
-    run = statistics.median(runs)
+    timing = compile_and_run(call, repeats)
     return {
         "problem": name,
         "batch": batch,
         "steps": steps,
         "save_every": save_every,
         "monitors": "default" if monitors is not None else "none",
-        "compile_s": first - run,
-        "run_s": run,
-        "runs_s": runs,
+        **timing,
     }
 
 

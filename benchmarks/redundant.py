@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import jax
 import numpy as np
@@ -32,7 +30,7 @@ from rbjax._engine import rank  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-from free_body import write_records  # noqa: E402
+from free_body import compile_and_run, write_records  # noqa: E402
 from test_redundant_loops import parallelogram  # noqa: E402
 
 FORMULATIONS = {
@@ -67,15 +65,7 @@ def run_case(formulation, twin, batch, steps, repeats, tested=True):
         jax.block_until_ready(traj.q)
         return traj
 
-    t0 = time.perf_counter()
-    call()
-    first = time.perf_counter() - t0
-    runs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        call()
-        runs.append(time.perf_counter() - t0)
-    run = statistics.median(runs)
+    timing = compile_and_run(call, repeats)
     return {
         "problem": "parallelogram_twin" if twin else "parallelogram_redundant",
         "formulation": formulation,
@@ -83,10 +73,8 @@ def run_case(formulation, twin, batch, steps, repeats, tested=True):
         "rows": int(sum(model.joint_rows)),
         "batch": batch,
         "steps": steps,
-        "compile_s": first - run,
-        "run_s": run,
-        "us_per_step": 1e6 * run / steps,
-        "runs_s": runs,
+        **timing,
+        "us_per_step": 1e6 * timing["run_s"] / steps,
     }
 
 

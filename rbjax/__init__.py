@@ -49,12 +49,9 @@ from ._dynamics import (
 )
 from ._forces import (
     AbstractForce as AbstractForce,
-    AxialSpringDamper as AxialSpringDamper,
     BodyTorque as BodyTorque,
     ForceFunction as ForceFunction,
     PointForce as PointForce,
-    RotationalSpringDamper as RotationalSpringDamper,
-    TranslationalSpringDamper as TranslationalSpringDamper,
     Wrench as Wrench,
 )
 from ._identify import (
@@ -128,6 +125,11 @@ from ._params import (
 from ._reactions import Reactions as Reactions, reactions as reactions
 from ._results import RESULTS as RESULTS
 from ._rollout import Checkpoint as Checkpoint, Trajectory as Trajectory, rollout as rollout
+from ._springs import (
+    AxialSpringDamper as AxialSpringDamper,
+    RotationalSpringDamper as RotationalSpringDamper,
+    TranslationalSpringDamper as TranslationalSpringDamper,
+)
 from ._state import State as State, make_state as make_state
 from ._step import step as step
 

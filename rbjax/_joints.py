@@ -402,6 +402,32 @@ class Distance(AbstractJoint):
         return cf.stack(cf.dot3(d, d) - self.length * self.length)
 
 
+def _driver_on(cls, joint, q0, f, names, name, kinds, attach):
+    """What :meth:`RotationDriver.on` and :meth:`TranslationDriver.on` share: ``joint`` must be
+    one of ``kinds`` = (classes, "hinge"/"slider", the other kind, its driver); its bodies are
+    placed in q0 and its axes must be parallel there; the driver keeps the joint's bodies and
+    geometry, with the entries that ``attach(where, joint, (r_i, A_i), (r_j, A_j))`` returns
+    replaced."""
+    classes, kind, other, other_driver = kinds
+    where = f"{cls.__name__}.on"
+    if not isinstance(joint, classes):
+        allowed = " or ".join(f"rbjax.{c.__name__}" for c in classes)
+        raise ValueError(
+            f"{where}: joint = {type(joint).__name__} ({getattr(joint, 'name', joint)!r}) "
+            f"is not a {kind}. Fix: pass a {allowed} joint (drive a {other} one with "
+            f"rbjax.{other_driver}.on)."
+        )
+    q0 = _configuration(where, q0)
+    placed_i = _placement(where, "body_i", q0, joint.body_i, names)
+    placed_j = _placement(where, "body_j", q0, joint.body_j, names)
+    _aligned_axes(where, joint, placed_i[1], placed_j[1])
+    fields = ("s_i", "s_j", "z_i", "z_j", "x_i", "x_j")
+    geometry = {k: np.asarray(getattr(joint, k), float) for k in fields}
+    geometry |= attach(where, joint, placed_i, placed_j)
+    name = f"{joint.name}_driver" if name is None else name
+    return cls(joint.body_i, joint.body_j, _check_f(name, f), name=name, **geometry)
+
+
 class RotationDriver(AbstractJoint):
     """Prescribes the angle θ(t) of x_j from x_i about z_i (1 row); pair it with a Revolute.
 
@@ -444,34 +470,15 @@ class RotationDriver(AbstractJoint):
         defaults to the joint's name + "_driver". ValueError if ``joint`` is not a hinge or q0
         is not a configuration of it (its axes must be parallel in q0).
         """
-        where = f"{cls.__name__}.on"
-        if not isinstance(joint, (Revolute, Cylindrical)):
-            raise ValueError(
-                f"{where}: joint = {type(joint).__name__} ({getattr(joint, 'name', joint)!r}) "
-                "is not a hinge. Fix: pass a rbjax.Revolute or rbjax.Cylindrical joint (drive a "
-                "Translational one with rbjax.TranslationDriver.on)."
-            )
-        q0 = _configuration(where, q0)
-        _, A_i = _placement(where, "body_i", q0, joint.body_i, names)
-        _, A_j = _placement(where, "body_j", q0, joint.body_j, names)
-        _aligned_axes(where, joint, A_i, A_j)
-        x_world = A_i @ np.asarray(joint.x_i, float)
-        x_j = np.linalg.solve(A_j, x_world)  # A_j⁻¹ = Rᵀ/s: the direction in body j axes
-        z_j = _unit(f"{where} joint.z_j", np.asarray(joint.z_j, float))
-        x_j = _unit(f"{where} x_j", x_j - (x_j @ z_j) * z_j)
-        name = f"{joint.name}_driver" if name is None else name
-        return cls(
-            joint.body_i,
-            joint.body_j,
-            _check_f(name, f),
-            s_i=np.asarray(joint.s_i, float),
-            s_j=np.asarray(joint.s_j, float),
-            z_i=np.asarray(joint.z_i, float),
-            z_j=z_j,
-            x_i=np.asarray(joint.x_i, float),
-            x_j=x_j,
-            name=name,
-        )
+
+        def attach(where, joint, placed_i, placed_j):
+            x_world = placed_i[1] @ np.asarray(joint.x_i, float)
+            x_j = np.linalg.solve(placed_j[1], x_world)  # A_j⁻¹ = Rᵀ/s: in body j axes
+            z_j = _unit(f"{where} joint.z_j", np.asarray(joint.z_j, float))
+            return {"z_j": z_j, "x_j": _unit(f"{where} x_j", x_j - (x_j @ z_j) * z_j)}
+
+        kinds = ((Revolute, Cylindrical), "hinge", "Translational", "TranslationDriver")
+        return _driver_on(cls, joint, q0, f, names, name, kinds, attach)
 
     def residual(self, qi, qj, t):
         (xi, yi, _), (xj, _, _) = self.frames(qi, qj)
@@ -515,31 +522,14 @@ class TranslationDriver(AbstractJoint):
         :meth:`RotationDriver.on`. ValueError if ``joint`` is not a slider or q0 is not a
         configuration of it (its axes must be parallel in q0).
         """
-        where = f"{cls.__name__}.on"
-        if not isinstance(joint, (Translational, Cylindrical)):
-            raise ValueError(
-                f"{where}: joint = {type(joint).__name__} ({getattr(joint, 'name', joint)!r}) "
-                "is not a slider. Fix: pass a rbjax.Translational or rbjax.Cylindrical joint "
-                "(drive a Revolute one with rbjax.RotationDriver.on)."
-            )
-        q0 = _configuration(where, q0)
-        r_i, A_i = _placement(where, "body_i", q0, joint.body_i, names)
-        r_j, A_j = _placement(where, "body_j", q0, joint.body_j, names)
-        _aligned_axes(where, joint, A_i, A_j)
-        p_i = r_i + A_i @ np.asarray(joint.s_i, float)
-        name = f"{joint.name}_driver" if name is None else name
-        return cls(
-            joint.body_i,
-            joint.body_j,
-            _check_f(name, f),
-            s_i=np.asarray(joint.s_i, float),
-            s_j=np.linalg.solve(A_j, p_i - r_j),
-            z_i=np.asarray(joint.z_i, float),
-            z_j=np.asarray(joint.z_j, float),
-            x_i=np.asarray(joint.x_i, float),
-            x_j=np.asarray(joint.x_j, float),
-            name=name,
-        )
+
+        def attach(where, joint, placed_i, placed_j):
+            (r_i, A_i), (r_j, A_j) = placed_i, placed_j
+            p_i = r_i + A_i @ np.asarray(joint.s_i, float)
+            return {"s_j": np.linalg.solve(A_j, p_i - r_j)}
+
+        kinds = ((Translational, Cylindrical), "slider", "Revolute", "RotationDriver")
+        return _driver_on(cls, joint, q0, f, names, name, kinds, attach)
 
     def residual(self, qi, qj, t):
         (_, _, zi), _ = self.frames(qi, qj)

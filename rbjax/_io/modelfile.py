@@ -70,13 +70,8 @@ from .. import _joints as joints_module
 from .._actuators import Actuator, ControlSequence
 from .._body import Body
 from .._dynamics import NewtonEuler, ScalableDAE, UdwadiaSchutte
-from .._forces import (
-    AxialSpringDamper,
-    BodyTorque,
-    PointForce,
-    RotationalSpringDamper,
-    TranslationalSpringDamper,
-)
+from .._forces import BodyTorque, PointForce
+from .._springs import AxialSpringDamper, RotationalSpringDamper, TranslationalSpringDamper
 from .._state import State
 from .._topology import GROUND
 from .expressions import Expression

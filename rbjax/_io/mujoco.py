@@ -41,7 +41,6 @@ import numpy as np
 
 from .._actuators import Actuator
 from .._body import Body
-from .._forces import AxialSpringDamper, RotationalSpringDamper
 from .._joints import (
     Cylindrical,
     Fixed,
@@ -52,6 +51,7 @@ from .._joints import (
     _perpendicular,
 )
 from .._model import Model
+from .._springs import AxialSpringDamper, RotationalSpringDamper
 from .._state import State, make_state
 from .._topology import GROUND
 
