@@ -122,7 +122,11 @@ from ._params import (
     Positive as Positive,
     PrincipalInertia as PrincipalInertia,
 )
-from ._reactions import Reactions as Reactions, reactions as reactions
+from ._reactions import (
+    Reactions as Reactions,
+    reactions as reactions,
+    weld_reactions as weld_reactions,
+)
 from ._results import RESULTS as RESULTS
 from ._rollout import Checkpoint as Checkpoint, Trajectory as Trajectory, rollout as rollout
 from ._springs import (

@@ -70,8 +70,8 @@ def validate_inertia(field: str, inertia) -> None:
                 f"{rtol:.1g} x the largest)",
                 "every principal moment of inertia must be > 0; a point mass or an ideal rod "
                 "has a zero moment: give it a physical size (a rod of radius r: m r²/2 about "
-                "its axis, a sphere of radius r: 2 m r²/5), or add its mass and inertia to the body that "
-                "carries it",
+                "its axis, a sphere of radius r: 2 m r²/5), or weld it to the body that carries "
+                "it (rbjax.Body.point_mass and rbjax.Fixed: the Model merges the two)",
             )
         tol = 1e-12 * w.sum()
         if w[0] + w[1] < w[2] - tol:
@@ -102,14 +102,28 @@ class Body(eqx.Module):
     ``scalable=True`` declares a Möller–Glocker scalable body (Möller & Glocker 2012 §4–6): three
     translations, three rotations and one uniform scaling, with no unit-length constraint. A
     rigid body (the default) is the same body plus the perfect constraint |A|² = 1 (eq. (77)).
+
+    A point mass (zero inertia, :meth:`point_mass`) cannot move on its own (its mass matrix
+    is singular) but can be welded: :class:`rbjax.Model` merges it into the body a
+    :class:`rbjax.Fixed` joint welds it to (rbjax/_welds.py).
     """
 
     mass: Float[Array, ""]
     inertia: Float[Array, "3 3"]
     scalable: bool = eqx.field(static=True, default=False)
     name: str = eqx.field(static=True, default="body")
+    point: bool = eqx.field(static=True, default=False)
 
-    def __init__(self, mass, inertia, *, scalable: bool = False, name: str = "body"):
+    @classmethod
+    def point_mass(cls, mass, *, name: str = "body") -> Body:
+        """A point mass ``mass`` [kg] (inertia 0 about its centre of mass): a payload, a bolt,
+        a sensor. Weld it with :class:`rbjax.Fixed` to the body that carries it;
+        :class:`rbjax.Model` merges it there (parallel-axis theorem)."""
+        return cls(mass, np.zeros((3, 3)), name=name, point=True)
+
+    def __init__(
+        self, mass, inertia, *, scalable: bool = False, name: str = "body", point: bool = False
+    ):
         for field, value in (("mass", mass), ("inertia", inertia)):
             if not _is_real(value):
                 fail(
@@ -145,7 +159,19 @@ class Body(eqx.Module):
                 "pass one body's inertia; batch models with equinox.tree_at on model.inertia "
                 "or jax.vmap",
             )
-        validate_inertia(f"{name}.inertia", inertia)
+        if point:
+            if scalable:
+                fail(f"{name}.point", True, "is a scalable point mass", "a point mass is rigid")
+            if is_concrete(inertia) and np.any(np.asarray(inertia) != 0.0):
+                fail(
+                    f"{name}.inertia",
+                    np.asarray(inertia),
+                    "is not zero, and point=True declares a point mass",
+                    "use rbjax.Body.point_mass(mass), or drop point=True",
+                )
+        else:
+            validate_inertia(f"{name}.inertia", inertia)
+        self.point = bool(point)
         self.mass = jnp.asarray(mass, dtype=inertia.dtype)
         self.inertia = inertia
         self.scalable = bool(scalable)

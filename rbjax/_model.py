@@ -22,6 +22,7 @@ from ._errors import check_finite, check_shape, fail, is_concrete, validates_inp
 from ._forces import AbstractForce, ForceFunction, Wrench
 from ._state import State, fresh_tolerances
 from ._topology import GROUND, Topology, group_joints
+from ._welds import Merge, plan
 
 
 @validates_inputs
@@ -32,6 +33,17 @@ class Model(eqx.Module):
     body axes, ``gravity`` (3,) [m/s²] world frame, ``forces`` (tuple of forces),
     ``formulation`` (how the equations of motion are written; default :class:`ScalableDAE`).
     Leaves may carry leading batch axes (e.g. ``mass`` (B, nb)) for batched rollouts.
+
+    **Welded bodies.** A point mass (:meth:`rbjax.Body.point_mass`) welded by a
+    :class:`rbjax.Fixed` joint, and with ``merge_welded=True`` every body a ``Fixed`` joint
+    welds, is merged at build into the body that carries it (or removed, when welded to the
+    ground): one rigid body with the composite mass, centre of mass and parallel-axis inertia
+    (rbjax/_welds.py). The model's bodies (``names``, ``nb``, ``mass``, states, trajectories)
+    are then the merged ones; ``merged`` (:class:`rbjax.advanced.Merge`) says where every
+    body given here sits, :meth:`merge_state` converts a state listing them all, and
+    :meth:`expand` gives every body's motion back; :func:`rbjax.weld_reactions` reports the
+    merged welds' reactions. Joints and built-in forces on a merged body are re-expressed on
+    its carrier; a :class:`rbjax.ForceFunction` still sees every body given here.
     """
 
     mass: Float[Array, "*batch nb"]
@@ -42,6 +54,7 @@ class Model(eqx.Module):
     joints: tuple[AbstractConstraint, ...]
     baumgarte: tuple[Float[Array, ""], Float[Array, ""]] | None
     topology: Topology
+    merged: Merge | None
 
     def __init__(
         self,
@@ -52,6 +65,7 @@ class Model(eqx.Module):
         joints: Sequence[AbstractConstraint] = (),
         formulation: AbstractFormulation | None = None,
         baumgarte: tuple[float, float] | None = None,
+        merge_welded: bool = False,
     ):
         if isinstance(bodies, Body):
             bodies = [bodies]
@@ -72,8 +86,6 @@ class Model(eqx.Module):
                 f"Model bodies have duplicate names {names}. Fix: give each Body a unique name=."
             )
         dtype = jnp.result_type(*[b.inertia.dtype for b in bodies])
-        self.mass = jnp.stack([jnp.asarray(b.mass, dtype) for b in bodies])
-        self.inertia = jnp.stack([jnp.asarray(b.inertia, dtype) for b in bodies])
         check_shape("Model.gravity", gravity, (3,))
         check_finite("Model.gravity", gravity, "give a finite gravity vector in m/s^2")
         self.gravity = jnp.asarray(gravity, dtype)
@@ -108,7 +120,16 @@ class Model(eqx.Module):
                 )
         for i, f in enumerate(forces):
             _check_force_output(i, f, len(bodies), dtype)
-        self.forces = forces
+        if not isinstance(merge_welded, bool):
+            fail("Model.merge_welded", merge_welded, "is not True or False", "pass a bool")
+        bodies, joints, forces, self.merged = plan(
+            bodies, names, tuple(joints), forces, merge_welded, dtype
+        )
+        if self.merged is not None:
+            names = tuple(b.name for b in bodies)
+        self.mass = jnp.stack([jnp.asarray(b.mass, dtype) for b in bodies])
+        self.inertia = jnp.stack([jnp.asarray(b.inertia, dtype) for b in bodies])
+        self.forces = tuple(forces)
         formulation = ScalableDAE() if formulation is None else formulation
         if not isinstance(formulation, AbstractFormulation):
             raise ValueError(
@@ -133,6 +154,23 @@ class Model(eqx.Module):
             self.baumgarte = None
         self.formulation = formulation
         formulation.check_model(self)
+
+    def merge_state(self, state: State, *, atol: float | None = None) -> State:
+        """The model's state from ``state`` listing every body given to the constructor (with
+        welds merged, rows of merged bodies must sit where their welds put them: checked to
+        ``atol``, :meth:`rbjax.advanced.Merge.merge_state`). Without merged welds: ``state``."""
+        if self.merged is None:
+            return state
+        return self.merged.merge_state(state, atol=atol)
+
+    def expand(self, state: State) -> State:
+        """``state`` (any batch or time axes, e.g. ``Trajectory.states``) with one row per body
+        given to the constructor: merged bodies ride on their carriers (welded to the ground:
+        at rest). Without merged welds: ``state``."""
+        if self.merged is None:
+            return state
+        q, u = self.merged.expand(state.q, state.u)
+        return State(t=state.t, q=q, u=u)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -195,6 +233,17 @@ class Model(eqx.Module):
                 "(docs/conventions.md). Fix: convert the model with "
                 f"model.astype({jnp.result_type(state.q)}) or build the state with "
                 f"rbjax.make_state(..., dtype={jnp.result_type(self.mass)})."
+            )
+        if (
+            self.merged is not None
+            and state.q.shape[-2] == len(self.merged.names)
+            and state.q.shape[-2] != self.nb
+        ):
+            raise ValueError(
+                f"State.q lists the {len(self.merged.names)} bodies given to the Model, but "
+                f"welds merged {list(self.merged.merged)} into the bodies that carry them: the "
+                f"model has nb = {self.nb} ({list(self.names)}). Fix: convert it with "
+                "model.merge_state(state) (and back with model.expand)."
             )
         if state.q.shape[-2] != self.nb:
             raise ValueError(

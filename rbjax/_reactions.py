@@ -15,6 +15,7 @@ from __future__ import annotations
 import equinox as eqx
 from jaxtyping import Array, Float
 
+from . import _welds as welds
 from ._dynamics import accelerations
 from ._engine.reactions import joint_reactions
 
@@ -49,3 +50,26 @@ def reactions(model, state, lam=None) -> Reactions:
     if lam is None:
         lam = accelerations(model, state)[1]
     return Reactions(**joint_reactions(model, state, lam))
+
+
+def weld_reactions(model, state, lam=None) -> Reactions:
+    """Reaction force and torque of every weld that :class:`rbjax.Model` merged
+    (``model.merged.weld_names`` order), as :class:`Reactions`: the force and torque (about
+    the weld point) that the weld exerts on each of its two bodies, world frame and weld
+    frames, exactly what the six-row :class:`rbjax.Fixed` constraint's multipliers give in
+    the unmerged model.
+
+    From the Newton–Euler equations of the part the weld holds (rbjax/_welds.py):
+    F = Σ m_b (a_b − g) − F_applied − F_joints and
+    τ_P = Σ [R_b (Θ_b ω̇_b + ω_b × Θ_b ω_b) + (r_b − P) × m_b (a_b − g)] − τ_applied − τ_joints,
+    with the accelerations of the merged model at ``state`` (a state of the merged model,
+    e.g. ``Trajectory.states``; any batch axes) and ``lam`` its multipliers (computed when
+    omitted). Differentiable in everything.
+    """
+    if getattr(model, "merged", None) is None:
+        raise ValueError(
+            "weld_reactions: the model merged no weld. Fix: build it with point masses welded "
+            "by rbjax.Fixed or with merge_welded=True; otherwise the Fixed joints' reactions "
+            "are in rbjax.reactions."
+        )
+    return Reactions(**welds.weld_reactions(model, state, lam))

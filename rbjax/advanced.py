@@ -30,3 +30,8 @@ from ._integrators import (
 from ._io.mujoco import JointMap as JointMap, MujocoSource as MujocoSource
 from ._joints import AbstractJoint as AbstractJoint
 from ._topology import Topology as Topology
+from ._welds import (
+    CarriedConstraint as CarriedConstraint,
+    CarriedForce as CarriedForce,
+    Merge as Merge,
+)

@@ -12,12 +12,18 @@ the standard library (``tomllib``); JSON has no comments and YAML's implicit typ
     gravity = [0.0, 0.0, -9.81]
     formulation = "ScalableDAE"            # or "NewtonEuler", "UdwadiaSchutte"
     baumgarte = [10.0, 10.0]               # optional: Baumgarte's α, β [1/s] (rbjax.Model)
+    merge_welded = true                    # optional: merge every Fixed-welded body (rbjax.Model)
 
     [[bodies]]
     name = "crank"
     mass = 1.0
     inertia = [0.01, 0.01, 0.002]          # principal moments, or a 3x3 matrix
     scalable = false                       # optional
+
+    [[bodies]]
+    name = "bolt"
+    mass = 0.05
+    point = true                           # a point mass (no inertia), welded by a Fixed joint
 
     [[joints]]
     type = "Revolute"                      # any joint of rbjax.joints, by class name
@@ -48,7 +54,7 @@ the standard library (``tomllib``); JSON has no comments and YAML's implicit typ
 
     [initial]                              # optional: the initial State
     t = 0.0
-    q = [[...7 numbers per body...]]
+    q = [[...7 numbers per body...]]       # every body listed, merged or not
     u = [[...]]
 
 Every error names the field path, the value and the fix (``joints[3].f: unknown name 'sn'
@@ -184,6 +190,7 @@ def read(path) -> tuple[Any, State | None, float | None]:
             "joints",
             "forces",
             "initial",
+            "merge_welded",
         ),
         ("format", "bodies"),
     )
@@ -195,17 +202,29 @@ def read(path) -> tuple[Any, State | None, float | None]:
     bodies, names = [], []
     for k, b in enumerate(bodies_doc):
         p = f"bodies[{k}]"
-        _keys(p, b, ("name", "mass", "inertia", "scalable"), ("name", "mass", "inertia"))
-        bodies.append(
-            _wrap(
+        _keys(p, b, ("name", "mass", "inertia", "scalable", "point"), ("name", "mass"))
+        point = b.get("point", False)
+        if not isinstance(point, bool):
+            _err(f"{p}.point", f"is {point!r}", "write point = true for a point mass, or omit it")
+        if point == ("inertia" in b):
+            _err(
                 p,
-                Body,
-                b["mass"],
-                np.asarray(b["inertia"], float),
-                scalable=bool(b.get("scalable", False)),
-                name=str(b["name"]),
+                "has both point = true and an inertia" if point else "has no inertia",
+                "give an inertia, or point = true (a point mass, welded by a Fixed joint)",
             )
-        )
+        if point:
+            bodies.append(_wrap(p, Body.point_mass, b["mass"], name=str(b["name"])))
+        else:
+            bodies.append(
+                _wrap(
+                    p,
+                    Body,
+                    b["mass"],
+                    np.asarray(b["inertia"], float),
+                    scalable=bool(b.get("scalable", False)),
+                    name=str(b["name"]),
+                )
+            )
         names.append(str(b["name"]))
 
     def body(p, value):
@@ -233,6 +252,7 @@ def read(path) -> tuple[Any, State | None, float | None]:
         forces=forces,
         formulation=_FORMULATIONS[formulation](),
         baumgarte=_baumgarte(doc.get("baumgarte")),
+        merge_welded=_flag("merge_welded", doc.get("merge_welded", False)),
     )
     state = None
     if "initial" in doc:
@@ -247,6 +267,7 @@ def read(path) -> tuple[Any, State | None, float | None]:
             q=jnp.asarray(q),
             u=jnp.asarray(u),
         )
+        state = _wrap("initial", model.merge_state, state)  # the file lists every body
         state = _wrap("initial", model.check_state, state)
         if joints:
             state = _assembled(model, state)
@@ -423,6 +444,12 @@ def _expression_out(path, f):
     )
 
 
+def _flag(key, value) -> bool:
+    if not isinstance(value, bool):
+        _err(key, f"is {value!r}", f"write {key} = true or false")
+    return value
+
+
 def _baumgarte(value):
     """``baumgarte = [α, β]``: two numbers, or absent (None)."""
     if value is None:
@@ -452,20 +479,45 @@ def write(path, model, state: State | None = None, timestep: float | None = None
         )
     if model.baumgarte is not None:
         lines.append(f"baumgarte = [{_num(model.baumgarte[0])}, {_num(model.baumgarte[1])}]")
-    for b in range(model.nb):
-        lines += ["", "[[bodies]]", f"name = {_value(names[b])}", f"mass = {_num(model.mass[b])}"]
-        lines.append(f"inertia = {_value(model.inertia[b])}")
-        if model.scalable[b]:
+    # the bodies, joints and forces as given to the Model (welded bodies unmerged)
+    if model.merged is None:
+        bodies = [
+            (names[b], model.mass[b], model.inertia[b], model.scalable[b], False)
+            for b in range(model.nb)
+        ]
+        joints, forces = model.joints, model.forces
+        joint_bodies = model.topology.joint_bodies
+    else:
+        given, joints, forces = model.merged.source
+        names = model.merged.names
+        bodies = [
+            (n, b.mass, b.inertia, b.scalable, b.point) for n, b in zip(names, given, strict=True)
+        ]
+        joint_bodies = [
+            tuple(names.index(b) if isinstance(b, str) else b for b in (j.body_i, j.body_j))
+            for j in joints
+        ]
+        if model.merged.merge_welded:
+            lines.append("merge_welded = true")
+        if state is not None and state.q.shape[-2] == model.nb:
+            state = model.expand(state)
+    for name, mass, inertia, scalable, point in bodies:
+        lines += ["", "[[bodies]]", f"name = {_value(name)}", f"mass = {_num(mass)}"]
+        if point:
+            lines.append("point = true")
+        else:
+            lines.append(f"inertia = {_value(inertia)}")
+        if scalable:
             lines.append("scalable = true")
-    for k, j in enumerate(model.joints):
+    for k, j in enumerate(joints):
         kind = type(j).__name__
         if kind not in _JOINTS:
             raise ModelFileError(
-                f"joints[{k}] ('{model.joint_names[k]}') is a {kind}, which a model file cannot "
+                f"joints[{k}] ('{j.name}') is a {kind}, which a model file cannot "
                 "hold (a Python function). Fix: build it from the joint library, or keep this "
                 "model in Python."
             )
-        i, jj = model.topology.joint_bodies[k]
+        i, jj = joint_bodies[k]
         lines += ["", "[[joints]]", f"type = {_value(kind)}", f"name = {_value(j.name)}"]
         lines += [
             f"body_i = {_value(_name_of(names, i))}",
@@ -479,7 +531,7 @@ def write(path, model, state: State | None = None, timestep: float | None = None
             lines.append(f"f = {_value(src)}")
             if params:
                 lines.append(f"params = {_value(params)}")
-    for k, f in enumerate(model.forces):
+    for k, f in enumerate(forces):
         kind = type(f).__name__
         if kind not in _FORCES:
             raise ModelFileError(
