@@ -168,7 +168,7 @@ class Merge(eqx.Module):
                 by = "the world" if carrier == GROUND else "the body it is welded to"
                 raise ValueError(
                     f"merge_state: State row {', '.join(map(str, where))} (body "
-                    f"'{self.names[b]}') has a {what} that {by} does not give it: off by "
+                    f"'{self.names[b]}'): its {what} is not the one {by} gives it: off by "
                     f"{gap[where]:.3g} (relative; tolerance {atol:.1g}). Its welds leave it no "
                     "motion of its own. Fix: place welded bodies with their welds (e.g. build "
                     "the state with the joints' .at() helpers, or give only the carriers and "

@@ -224,8 +224,11 @@ def test_forces_on_a_welded_body_act_through_its_carrier():
     motion and in the weld's reaction, which carries the payload's share of every load."""
 
     def drag(t, state, params):
-        f = -params * state.u[:, 0:3] * jnp.asarray([0.0, 0.0, 1.0])[None]  # on the payload only
-        return f, jnp.zeros(3, f.dtype), jnp.zeros((3, 3), f.dtype)
+        """Vertical drag on the payload and a rotary damper in its own axes (row 2 only)."""
+        on = jnp.asarray([0.0, 0.0, 1.0])[:, None]
+        f = -params * state.u[:, 0:3] * jnp.asarray([0.0, 0.0, 1.0])[None] * on
+        m = -0.3 * params * state.u[:, 4:7] * on
+        return f, jnp.zeros(3, f.dtype), m
 
     def forces():
         return (
@@ -458,9 +461,9 @@ def test_states_in_the_wrong_layout_are_named():
         lambda: rbjax.rollout(merged, st, dt=1e-3, n_steps=2),
     )
     moved = rbjax.State(t=st.t, q=st.q.at[2, 0].add(1e-3), u=st.u)
-    _raises(r"row 2 \(body 'pay'\) has a position", lambda: merged.merge_state(moved))
+    _raises(r"row 2 \(body 'pay'\): its position is not", lambda: merged.merge_state(moved))
     spun = rbjax.State(t=st.t, q=st.q, u=st.u.at[2, 4].add(0.1))
-    _raises(r"row 2 \(body 'pay'\) has a angular velocity", lambda: merged.merge_state(spun))
+    _raises(r"row 2 \(body 'pay'\): its angular velocity", lambda: merged.merge_state(spun))
     _raises(r"the model merged no weld", lambda: rbjax.weld_reactions(unmerged, st))
     # a merged state expands back to exactly where it came from
     back = merged.expand(merged.merge_state(st))
