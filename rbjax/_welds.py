@@ -61,6 +61,11 @@ class Merge(eqx.Module):
     axes, both in the carrier's body axes about the carrier's (composite) centre of mass
     (world frame for the ground); ``mass`` (n,), ``inertia`` (n, 3, 3) its own. ``welds`` the
     merged :class:`rbjax.Fixed` joints (user body indices), ``weld_names`` their names.
+
+    These arrays describe the bodies as built; the dynamics use the composite
+    ``model.mass`` / ``model.inertia``. Changing either side with ``equinox.tree_at`` does not
+    update the other: to vary a welded body's mass, build the Model inside the function (the
+    merge is written in ``jax.numpy``, so it is traced and differentiated).
     """
 
     names: tuple[str, ...] = eqx.field(static=True)
@@ -567,6 +572,7 @@ def weld_reactions(model, state: State, lam=None) -> dict:
     from ._engine.reactions import FIELDS, joint_reactions
 
     merge = model.merged
+    _check_parts(model, merge)
     udot, lam_full = accelerations(model, state)
     if lam is None:
         lam = lam_full
@@ -585,6 +591,27 @@ def weld_reactions(model, state: State, lam=None) -> dict:
     rj = None if react is None else {k: flatten(v) for k, v in react.items()}
     out = jax.vmap(one)(flatten(state.q), flatten(state.u), flatten(udot), flatten(t), rj)
     return {k: out[k].reshape(batch + out[k].shape[1:]) for k in FIELDS}
+
+
+def _check_parts(model, merge: Merge) -> None:
+    """The parts' masses must still add up to the model's composite masses: a mass changed
+    with ``eqx.tree_at`` after the build (which the composite does not see from the parts, nor
+    the parts from the composite) would make every weld reaction wrong. Concrete values only."""
+    if not (is_concrete(model.mass) and is_concrete(merge.mass)):
+        return
+    composite = np.asarray(model.mass, dtype=float)
+    parts = np.zeros(composite.shape[-1:])
+    for b, k in enumerate(merge.carrier):
+        if k != GROUND:
+            parts[k] += float(merge.mass[b])
+    if composite.ndim != 1 or not np.allclose(composite, parts, rtol=1e-12, atol=0.0):
+        raise ValueError(
+            f"weld_reactions: model.mass = {composite.tolist()} is not the sum of the merged "
+            f"bodies' masses {parts.tolist()} (model.merged.mass): the model was changed after "
+            "it was built (e.g. with equinox.tree_at, or batched), and the welded parts no "
+            "longer match their composite. Fix: build the Model again from its bodies (inside "
+            "the function for a batch or a gradient: the merge is differentiable)."
+        )
 
 
 def _weld_one(model, merge: Merge, q, u, udot, t, react):

@@ -465,6 +465,11 @@ def test_states_in_the_wrong_layout_are_named():
     spun = rbjax.State(t=st.t, q=st.q, u=st.u.at[2, 4].add(0.1))
     _raises(r"row 2 \(body 'pay'\): its angular velocity", lambda: merged.merge_state(spun))
     _raises(r"the model merged no weld", lambda: rbjax.weld_reactions(unmerged, st))
+    heavier = eqx.tree_at(lambda m: m.mass, merged, merged.mass * 1.1)
+    _raises(
+        r"model.mass = .* is not the sum of the merged bodies' masses.*build the Model again",
+        lambda: rbjax.weld_reactions(heavier, merged.merge_state(st)),
+    )
     # a merged state expands back to exactly where it came from
     back = merged.expand(merged.merge_state(st))
     _assert_same_states(back, st, 1e-14)
