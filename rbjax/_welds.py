@@ -568,11 +568,17 @@ def _moved_one_body(force, where):
 def weld_reactions(model, state: State, lam=None) -> dict:
     """Force and torque of every merged weld on each of its two bodies (module docstring),
     as :func:`rbjax.reactions`'s fields, arrays (..., n_welds, 3)."""
+    _check_parts(model, model.merged)
+    return _weld_reactions(model, state, lam)
+
+
+@eqx.filter_jit
+def _weld_reactions(model, state: State, lam) -> dict:
+    """:func:`weld_reactions` as one program (the per-weld loops unrolled at trace time)."""
     from ._dynamics import accelerations
     from ._engine.reactions import FIELDS, joint_reactions
 
     merge = model.merged
-    _check_parts(model, merge)
     udot, lam_full = accelerations(model, state)
     if lam is None:
         lam = lam_full
