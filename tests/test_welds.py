@@ -10,6 +10,8 @@ Every merged model is checked against something the merge did not produce:
 * central finite differences for the gradient through the merge.
 """
 
+import json
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -487,7 +489,7 @@ def test_merged_model_is_an_equinox_pytree_that_jits_and_vmaps():
     assert jax.tree.leaves(leaves)  # arrays only: every leaf differentiable
 
 
-def test_model_file_keeps_point_masses_and_welds(tmp_path):
+def test_model_file_keeps_point_masses_and_welds(tmp_path, capsys):
     """rbjax.save writes the bodies as given (the point mass, the weld) and the state of every
     body; rbjax.load merges again: the same composite and the same state, bit for bit."""
     model = Model(
@@ -508,3 +510,9 @@ def test_model_file_keeps_point_masses_and_welds(tmp_path):
     assert loaded.model.names == ("rod",) and loaded.model.merged.merged == ("bob",)
     np.testing.assert_array_equal(np.asarray(loaded.model.inertia), np.asarray(model.inertia))
     np.testing.assert_array_equal(np.asarray(loaded.state.q), np.asarray(st.q))
+    # the command line's check loads it and says what was merged
+    from rbjax._cli import main
+
+    assert main(["check", str(path), "--json", "--steps", "20"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["merged"] == {"bob": "rod"} and rep["bodies"] == ["rod"] and rep["failures"] == []

@@ -71,12 +71,25 @@ def add_parser(sub):
     p.set_defaults(run=run)
 
 
+def _merged(model) -> dict:
+    """{welded body: the body it was merged into, or "ground"} (rbjax.Model's merge)."""
+    m = model.merged
+    if m is None:
+        return {}
+    return {
+        name: "ground" if m.carrier[b] < 0 else model.names[m.carrier[b]]
+        for b, name in enumerate(m.names)
+        if name in m.merged
+    }
+
+
 def report(model, state, tol: float, dt: float, steps: int, drift: float) -> dict:
     """The checks as a dict (``failures``: a list of (what, fix) strings)."""
     out: dict = {
         "bodies": list(model.names),
         "total_mass": float(np.sum(np.asarray(model.mass))),
         "joints": dict(collections.Counter(type(j).__name__ for j in model.joints)),
+        "merged": _merged(model),
         "formulation": type(model.formulation).__name__,
         "gravity": np.asarray(model.gravity).tolist(),
         "kinetic_energy": float(kinetic_energy(model, state)),
@@ -175,7 +188,9 @@ def run(args) -> int:
 def _print(rep: dict) -> None:
     joints = ", ".join(f"{n} {k}" for k, n in rep["joints"].items()) or "none"
     print(f"model        {rep['model']}")
-    print(f"bodies       {len(rep['bodies'])} ({rep['total_mass']:.6g} kg in all)")
+    merged = "; ".join(f"{b} into {into}" for b, into in rep["merged"].items())
+    merged = f"; welded bodies merged: {merged}" if merged else ""
+    print(f"bodies       {len(rep['bodies'])} ({rep['total_mass']:.6g} kg in all{merged})")
     print(f"joints       {joints}; formulation {rep['formulation']}")
     if "rank" in rep:
         print(
