@@ -215,10 +215,15 @@ def _host_objective(mode: str, template, calls: list[int]):
     from the compiled forward-mode (r, J) or reverse-mode (r, ∇L) function; ``calls[0]``
     counts the evaluations."""
     compiled = eval_forward if mode == "forward" else eval_reverse
+    # Every evaluation traces under the caller's dtype promotion, the start's as the
+    # optimiser's (which runs under "standard" for optax): jit's cache key includes the mode,
+    # so a strict caller (the test suite) traced the residual function twice, 6-15 s each.
+    promotion = jax.config.jax_numpy_dtype_promotion  # pyright: ignore[reportAttributeAccessIssue]
 
     def evaluate(flat, problem):
         calls[0] += 1
-        r, d, aux = compiled(problem, template, jnp.asarray(flat))
+        with jax.numpy_dtype_promotion(promotion):
+            r, d, aux = compiled(problem, template, jnp.asarray(flat))
         r = np.asarray(r)
         with np.errstate(over="ignore", invalid="ignore"):
             if mode == "forward":
