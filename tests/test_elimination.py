@@ -143,7 +143,10 @@ def test_tree_solve_matches_dense_kkt(name):
     q = jnp.moveaxis(state.q, -1, 0)
     u = jnp.moveaxis(state.u, -1, 0)
     t = state.t[:, None]
-    terms = engine_joints.joint_terms(model, scalable_kinematics, t, q, u)
+    # under jit: eagerly, its few hundred operations compiled one by one (~5 s)
+    terms = jax.jit(lambda t, q, u: engine_joints.joint_terms(model, scalable_kinematics, t, q, u))(
+        t, q, u
+    )
     rng = np.random.default_rng(1)
     r = jnp.asarray(rng.normal(size=(sum(model.joint_rows), 3)))
 
