@@ -66,9 +66,10 @@ Measured (seed 0, defaults, 2-core CPU):
   6 s, fit 1 59 s (~53 s of it compiling the residual function, the rest 13 LM steps), fit 2
   7 s (the compiled function reused); ``--health`` adds 56 s, ``--single`` 43 s. The test
   suite runs ``--samples 151 --dt 0.02 --segments 5`` (50 Hz, one RK4 step per sample; 25
-  instead of 45 unknowns, so each Jacobian costs about half): 60 s against 73 s with 10
-  segments on the same loaded machine, the same minimum (masses within 0.11 %, pivot within
-  0.16 mm; seeds 0-2 pass, 3 segments do not converge in fit 2).
+  instead of 45 unknowns: each Jacobian costs about half, for 50 LM steps instead of 32):
+  50 s against 54 s with 10 segments on an idle 2-core machine (61 against 74 s on a loaded
+  one), the same minimum (masses within 0.11 %, pivot within 0.16 mm; seeds 0-2 pass, 3
+  segments leave fit 2 in a local minimum).
 
 Checked against the true values (exit status 1 otherwise): fit 1 ratio within 1 % and the
 mass scale reported unidentifiable; fit 2 masses within 1 % and 3 standard errors and nothing
