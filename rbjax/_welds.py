@@ -28,8 +28,6 @@ side holds the ground) and P the weld point.
 
 from __future__ import annotations
 
-import copy
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -41,15 +39,26 @@ from ._body import Body, validate_inertia
 from ._constraints import CD, DP1, DP2, AbstractConstraint, D
 from ._errors import is_concrete
 from ._forces import AbstractForce, BodyTorque, ForceFunction, PointForce, Wrench
-from ._joints import AbstractJoint, Fixed
+from ._joints import (
+    Cylindrical,
+    Distance,
+    Fixed,
+    Parallel,
+    Perpendicular,
+    PointOnLine,
+    Revolute,
+    RotationDriver,
+    Spherical,
+    Translational,
+    TranslationDriver,
+    Universal,
+)
 from ._springs import AxialSpringDamper, RotationalSpringDamper, TranslationalSpringDamper
 from ._state import State
 from ._topology import GROUND
 
 _DIRECTIONS = ("x", "z", "a", "axis", "ref")  # field stems of body-fixed directions (x_i, ...)
 _SPRINGS = (TranslationalSpringDamper, RotationalSpringDamper, AxialSpringDamper)
-# constraints whose body data are the fields s_i, x_i, z_i, a_i, ... (re-expressed on the carrier)
-_REEXPRESSED = (AbstractJoint, DP1, DP2, D, CD)
 
 
 class Merge(eqx.Module):
@@ -411,7 +420,7 @@ def _merge(bodies, names, joints, forces, chosen, dtype, merge_welded):
                 f"{'the world' if ei == GROUND else 'one body ' + repr(names[roots[ei]])}: it "
                 "can hold nothing. Fix: remove the joint or the weld."
             )
-        if isinstance(joint, _REEXPRESSED):
+        if type(joint) in _SHELLS:
             joint = _moved(joint, {"_i": side(i), "_j": side(j)}, ("body_i", "body_j"))
         else:  # a residual of the user's bodies' coordinates: evaluated on them
             places = [None if b == GROUND else (offset[b], rotation[b]) for b in (i, j)]
@@ -432,7 +441,7 @@ def _merge(bodies, names, joints, forces, chosen, dtype, merge_welded):
             new_forces.append(None)  # filled once the Merge exists
             force_sides.append(None)
             continue
-        if isinstance(force, (PointForce, BodyTorque)):
+        if type(force) in (PointForce, BodyTorque):
             b = force.body
             if carrier[b] == GROUND:
                 raise ValueError(
@@ -443,7 +452,7 @@ def _merge(bodies, names, joints, forces, chosen, dtype, merge_welded):
             new_forces.append(_moved_one_body(force, side(b)))
             force_sides.append((b,))
             continue
-        if isinstance(force, _SPRINGS):
+        if type(force) in _SPRINGS:
             i, j = force.body_i, force.body_j
             ei, ej = side(i)[0], side(j)[0]
             for b in (i, j):
@@ -489,7 +498,7 @@ def _merge(bodies, names, joints, forces, chosen, dtype, merge_welded):
         rotation=rotation,
         mass=jnp.stack([jnp.asarray(b.mass, dtype) for b in bodies]),
         inertia=jnp.stack([jnp.asarray(b.inertia, dtype) for b in bodies]),
-        welds=tuple(_resolved(joints[k], i, j) for k, i, j in chosen),
+        welds=tuple(_rebuilt(joints[k], i, j) for k, i, j in chosen),
         source=(tuple(bodies), tuple(joints), tuple(forces)),
         merge_welded=bool(merge_welded),
     )
@@ -516,50 +525,93 @@ def _component(start, edges):
     return seen
 
 
-def _resolved(joint, i, j):
-    """A copy of ``joint`` with integer (user) body indices."""
-    out = copy.copy(joint)
-    object.__setattr__(out, "body_i", i)
-    object.__setattr__(out, "body_j", j)
-    return out
+_Z, _X, _O = (0.0, 0.0, 1.0), (1.0, 0.0, 0.0), (0.0, 0.0, 0.0)
+_JOINTS = (Spherical, Revolute, Universal, Cylindrical, Translational, Fixed, Parallel)
+_JOINTS += (Perpendicular, PointOnLine)
+# each built-in type moved onto merged bodies: its public constructor between the bodies i, j
+# (or on body i) with default data and the object's own static data (name, frame) and
+# non-array fields (driving function, actuator), so the result has the object's structure
+_SHELLS = {cls: lambda o, i, j: type(o)(i, j, name=o.name) for cls in _JOINTS} | {
+    Distance: lambda o, i, j: Distance(i, j, length=1.0, name=o.name),
+    RotationDriver: lambda o, i, j: RotationDriver(i, j, o.f, name=o.name),
+    TranslationDriver: lambda o, i, j: TranslationDriver(i, j, o.f, name=o.name),
+    DP1: lambda o, i, j: DP1(i, _Z, j, _Z, o.f, name=o.name),
+    DP2: lambda o, i, j: DP2(i, _Z, _O, j, _O, o.f, name=o.name),
+    D: lambda o, i, j: D(i, _O, j, _O, o.f, name=o.name),
+    CD: lambda o, i, j: CD(_Z, i, _O, j, _O, o.f, name=o.name),
+    TranslationalSpringDamper: lambda o, i, j: TranslationalSpringDamper(
+        i, _O, j, _O, stiffness=0.0, actuator=o.actuator
+    ),
+    RotationalSpringDamper: lambda o, i, j: RotationalSpringDamper(
+        i, j, axis_i=_Z, axis_j=_Z, ref_i=_X, ref_j=_X, stiffness=0.0, actuator=o.actuator
+    ),
+    AxialSpringDamper: lambda o, i, j: AxialSpringDamper(
+        i, j, s_i=_O, s_j=_O, axis_i=_Z, actuator=o.actuator
+    ),
+    PointForce: lambda o, b: PointForce(b, _O, _O, frame=o.frame),
+    BodyTorque: lambda o, b: BodyTorque(b, _O, frame=o.frame),
+}
+
+
+def _rebuilt(obj, *bodies):
+    """``obj`` (a built-in joint, constraint or force) between other ``bodies``: its type's
+    public constructor gives an object with the new (static) body indices, which then takes
+    ``obj``'s own leaves (unflattened into its structure: traced leaves pass, and none is
+    validated twice: the user's constructor call checked them)."""
+    shell = _SHELLS[type(obj)](obj, *bodies)
+    structure = jax.tree_util.tree_structure(shell)
+    return jax.tree_util.tree_unflatten(structure, jax.tree_util.tree_leaves(obj))
+
+
+def _reexpressed(obj, bodies, sides: dict):
+    """``obj`` rebuilt between the engine ``bodies`` with each moved side's body data
+    re-expressed on its carrier (module docstring): body points s ↦ o + R s, body directions
+    d ↦ R d (fields ``s_i``, ``x_i``, ``z_i``, ``a_i``, ``axis_i``, ``ref_i``, ...); ``sides``
+    maps a field suffix ("_i") to (o, R), or to None for a side that keeps its data (the
+    user's ground)."""
+    fields, values = [], []
+    for suffix, place in sides.items():
+        if place is None:
+            continue
+        o, rot = place
+        for stem in ("s",) + _DIRECTIONS:
+            x = getattr(obj, stem + suffix, None)
+            if x is None or not eqx.is_array(x):
+                continue
+            moved = rot.astype(x.dtype) @ x
+            fields.append(stem + suffix)
+            values.append(o.astype(x.dtype) + moved if stem == "s" else moved)
+    return eqx.tree_at(
+        lambda m: tuple(getattr(m, f) for f in fields), _rebuilt(obj, *bodies), tuple(values)
+    )
 
 
 def _moved(obj, sides: dict, body_fields):
-    """A copy of the joint or force ``obj`` with each side re-expressed on its carrier: body
-    points s ↦ o + R s, body directions d ↦ R d (fields ``s_i``, ``x_i``, ``z_i``, ``a_i``,
-    ``axis_i``, ``ref_i``, ...), the body index ↦ the carrier's. A side on the ground (or
-    on a body welded to the world: o, R place it in the world frame) keeps world data."""
-    out = copy.copy(obj)
-    for (suffix, (engine, o, rot)), field in zip(sides.items(), body_fields, strict=True):
-        if o is None:
-            continue  # the user's ground: unchanged
-        object.__setattr__(out, field, engine)
-        point = getattr(obj, "s" + suffix, None)
-        if point is not None:
-            object.__setattr__(
-                out, "s" + suffix, o.astype(point.dtype) + rot.astype(point.dtype) @ point
-            )
-        for stem in _DIRECTIONS:
-            d = getattr(obj, stem + suffix, None)
-            if d is not None and eqx.is_array(d):
-                object.__setattr__(out, stem + suffix, rot.astype(d.dtype) @ d)
-    return out
+    """A copy of the two-sided joint or force ``obj`` on the engine bodies: ``sides`` maps
+    "_i", "_j" to (engine body, o, R) (o None: the user's ground, unchanged)."""
+    bodies = tuple(
+        getattr(obj, field) if o is None else engine
+        for (engine, o, _), field in zip(sides.values(), body_fields, strict=True)
+    )
+    places = {k: None if o is None else (o, rot) for k, (_, o, rot) in sides.items()}
+    return _reexpressed(obj, bodies, places)
 
 
 def _moved_one_body(force, where):
+    """A PointForce or BodyTorque on the body that carries its own: the point ϱ ↦ o + R ϱ,
+    a body-frame force or torque turned by R (a world-frame one keeps its components)."""
     engine, o, rot = where
-    out = copy.copy(force)
-    object.__setattr__(out, "body", engine)
+    out = _rebuilt(force, engine)
     if isinstance(force, PointForce):
-        p = force.point_body
-        object.__setattr__(out, "point_body", o.astype(p.dtype) + rot.astype(p.dtype) @ p)
+        p, f = force.point_body, force.force_world
+        point = o.astype(p.dtype) + rot.astype(p.dtype) @ p
         if force.frame == "body":
-            f = force.force_world
-            object.__setattr__(out, "force_world", rot.astype(f.dtype) @ f)
-    elif force.frame == "body":
-        tau = force.torque_body
-        object.__setattr__(out, "torque_body", rot.astype(tau.dtype) @ tau)
-    return out
+            f = rot.astype(f.dtype) @ f
+        return eqx.tree_at(lambda m: (m.point_body, m.force_world), out, (point, f))
+    tau = force.torque_body
+    if force.frame == "body":
+        tau = rot.astype(tau.dtype) @ tau
+    return eqx.tree_at(lambda m: m.torque_body, out, tau)
 
 
 # ------------------------------------------------------------------------------- reactions

@@ -254,6 +254,145 @@ def test_forces_on_a_welded_body_act_through_its_carrier():
     _assert_reactions(rbjax.weld_reactions(merged, s2), rbjax.reactions(unmerged, s3), [2], 1e-7)
 
 
+def _every_builtin_on_the_payload():
+    """One of each built-in joint (but Fixed, which welds it), basic constraint and force
+    that rbjax moves onto a carrier, attached to the welded payload ("pay", body 2) on side
+    i or j or alone."""
+    f = lambda t: 0.1 * t  # noqa: E731
+    frames = dict(s_i=[0.02, -0.03, 0.01], s_j=[0.1, 0.02, -0.04], z_i=[0, 0.6, 0.8])
+    frames |= dict(x_i=[1, 0, 0], z_j=[0.8, 0, 0.6], x_j=[0, 1, 0])
+    kinds = (rbjax.Spherical, Revolute, rbjax.Universal, rbjax.Cylindrical)
+    kinds += (rbjax.Translational, rbjax.Parallel, rbjax.Perpendicular)
+    joints = [k("pay", "l1", **frames, name=k.__name__) for k in kinds]
+    joints += [
+        rbjax.PointOnLine("l1", "pay", **frames, name="PointOnLine"),
+        rbjax.Distance("pay", "l1", length=0.3, s_i=[0.1, 0.0, 0.02], name="Distance"),
+        rbjax.RotationDriver("l1", "pay", f, **frames, name="RotationDriver"),
+        rbjax.TranslationDriver("pay", GROUND, f, **frames, name="TranslationDriver"),
+        rbjax.advanced.DP1("pay", [0, 1.0, 0], "l1", [1.0, 0, 0], f, name="DP1"),
+        rbjax.advanced.DP2("l1", [0, 0, 1.0], [0.1, 0, 0], "pay", [0.0, 0.05, 0.02], name="DP2"),
+        rbjax.advanced.D("pay", [0.02, 0.0, 0.03], GROUND, [1.0, 0.5, 0.0], f, name="D"),
+        rbjax.advanced.CD([0.6, 0, 0.8], "pay", [0.01, 0.02, 0.0], "l1", [0.1, 0, 0], name="CD"),
+    ]
+    forces = [
+        rbjax.PointForce(2, [0.05, 0.02, 0.0], [0.0, 1.5, 0.5], frame="body"),
+        rbjax.PointForce(2, [0.01, -0.02, 0.03], [0.7, -0.2, 0.4]),
+        rbjax.BodyTorque(2, [0.1, -0.2, 0.3], frame="world"),
+        rbjax.BodyTorque(2, [0.3, 0.1, -0.2]),
+        rbjax.TranslationalSpringDamper(
+            2, [0.02, 0.0, 0.01], 0, [0.1, 0, 0], stiffness=20.0, damping=0.3, rest_length=0.1
+        ),
+        rbjax.RotationalSpringDamper(
+            0,
+            2,
+            axis_i=[0, 1, 0],
+            axis_j=[0, 0, 1],
+            ref_i=[1, 0, 0],
+            ref_j=[1, 0, 0],
+            stiffness=3.0,
+            damping=0.2,
+            actuator=lambda t, x, v: 0.5 * x,
+        ),
+        rbjax.AxialSpringDamper(
+            2,
+            GROUND,
+            s_i=[0.0, 0.01, 0.0],
+            s_j=[1.0, 0.2, 0.1],
+            axis_i=[0, 0, 1],
+            stiffness=5.0,
+            damping=0.1,
+            rest_length=0.05,
+        ),
+    ]
+    return joints, forces
+
+
+def _engine_and_user_states(merge, nb):
+    rng = np.random.default_rng(3)
+    q = rng.normal(size=(nb, 7))
+    q[:, 3:7] /= np.linalg.norm(q[:, 3:7], axis=-1, keepdims=True)
+    u = rng.normal(size=(nb, 7))
+    u[:, 3] = 0.0  # rigid bodies: no scaling rate
+    q, u = jnp.asarray(q), jnp.asarray(u)
+    return q, u, merge.expand(q, u)[0]
+
+
+def _assert_moved_joints(model, joints):
+    """Each joint's copy in ``model`` has its type, the carriers as bodies, and on random
+    engine coordinates the residual of the original on the expanded (user) coordinates."""
+    merge = model.merged
+    q, _, qx = _engine_and_user_states(merge, model.nb)
+    moved = {j.name: j for j in model.joints}
+    ground = jnp.asarray([0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0])
+    t = jnp.asarray(0.7)
+
+    def user(b):
+        return GROUND if b == GROUND else merge.names.index(b)
+
+    for joint in joints:
+        m = moved[joint.name]
+        assert type(m) is type(joint)
+        sides = [user(b) for b in (joint.body_i, joint.body_j)]
+        assert (m.body_i, m.body_j) == tuple(
+            GROUND if b == GROUND else merge.carrier[b] for b in sides
+        )
+        qi, qj = (ground if b == GROUND else qx[b] for b in sides)
+        ei, ej = (ground if b == GROUND else q[b] for b in (m.body_i, m.body_j))
+        expected = joint.residual(qi, qj, t)
+        assert float(jnp.max(jnp.abs(expected))) > 1e-2, joint.name  # a test that can fail
+        np.testing.assert_allclose(m.residual(ei, ej, t), expected, rtol=0, atol=1e-13)
+
+
+def test_every_builtin_joint_and_force_is_moved_onto_the_carrier():
+    """Each built-in joint, ME751 constraint, point force, torque and spring on a welded body
+    becomes an object of the same type on its carrier, rebuilt through its constructor, whose
+    residual (joints) or wrench (forces) on the engine bodies equals the original's evaluated
+    on the user's bodies (the states expanded from random engine states; forces: the
+    original's wrench on the user's bodies folded onto the carriers, Merge.fold)."""
+    joints, forces = _every_builtin_on_the_payload()
+    model = _double_pendulum(True, forces=forces, extra_joints=joints)
+    _assert_moved_joints(model, joints)
+    unmerged = _double_pendulum(False, forces=forces)  # the user's layout, three bodies
+    q, u, qx = _engine_and_user_states(model.merged, model.nb)
+    ux = model.merged.expand(q, u)[1]
+    t = jnp.asarray(0.7)
+    for original, m in zip(forces, model.forces, strict=True):
+        assert type(m) is type(original)
+        assert getattr(m, "frame", None) == getattr(original, "frame", None)
+        got = m.wrench(model, t, rbjax.State(t=t, q=q, u=u))
+        own = original.wrench(unmerged, t, rbjax.State(t=t, q=qx, u=ux))
+        want = model.merged.fold(q, own)
+        assert float(jnp.max(jnp.abs(want.force_world) + jnp.abs(want.moment_body))) > 1e-2
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+    # a Fixed joint that is not merged (merge_welded=False) on the carrier of a point mass
+    frames = dict(s_i=[0.02, -0.03, 0.01], s_j=[0.1, 0.02, -0.04], z_i=[0, 0.6, 0.8])
+    kept = [Fixed("l1", "l2", **frames, x_i=[1, 0, 0], name="kept")]
+    model = _double_pendulum(False, payload=Body.point_mass(0.4, name="pay"), extra_joints=kept)
+    assert model.merged.carrier == (0, 1, 1)
+    _assert_moved_joints(model, kept)
+
+
+class _MyHinge(Revolute):
+    """A user subclass of a built-in joint: its constructor is not rbjax's to call."""
+
+
+def test_a_subclass_of_a_builtin_joint_is_carried_on_its_own_bodies():
+    """rbjax does not rebuild a user's subclass (its constructor may differ): it evaluates
+    the joint on the welded body's own coordinates instead (rbjax.advanced.CarriedConstraint),
+    with the same residual as the original on the expanded coordinates."""
+    mine = _MyHinge("pay", "l1", s_i=[0.02, -0.03, 0.01], z_i=[0, 0.6, 0.8], name="mine")
+    model = _double_pendulum(True, extra_joints=[mine])
+    (carried,) = [j for j in model.joints if j.name == "mine"]
+    assert isinstance(carried, rbjax.advanced.CarriedConstraint)
+    assert (carried.body_i, carried.body_j) == (1, 0)
+    q, _, qx = _engine_and_user_states(model.merged, model.nb)
+    t = jnp.asarray(0.3)
+    expected = mine.residual(qx[2], qx[0], t)
+    assert float(jnp.max(jnp.abs(expected))) > 1e-2
+    np.testing.assert_allclose(carried.residual(q[1], q[0], t), expected, rtol=0, atol=1e-13)
+
+
 def test_bodies_welded_to_the_ground_leave_the_model():
     """merge_welded=True on a bracket welded to the world (offset and turned) and a payload
     welded to the pendulum: the bracket is no body of the merged model, the hinge on it is
