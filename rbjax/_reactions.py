@@ -47,6 +47,12 @@ def reactions(model, state, lam=None) -> Reactions:
     """
     if not model.joints:
         raise ValueError("reactions: the model has no joints. Fix: pass joints=[...] to Model.")
+    return _reactions(model, state, lam)
+
+
+@eqx.filter_jit
+def _reactions(model, state, lam) -> Reactions:
+    """:func:`reactions` as one program (like :func:`rbjax.accelerations`)."""
     if lam is None:
         lam = accelerations(model, state)[1]
     return Reactions(**joint_reactions(model, state, lam))
