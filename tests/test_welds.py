@@ -101,24 +101,51 @@ def _assert_reactions(merged_r, unmerged_r, rows, atol):
         )
 
 
+def _drag(t, state, params):
+    """Vertical drag on the payload and a rotary damper in its own axes (row 2 only)."""
+    on = jnp.asarray([0.0, 0.0, 1.0])[:, None]
+    f = -params * state.u[:, 0:3] * jnp.asarray([0.0, 0.0, 1.0])[None] * on
+    m = -0.3 * params * state.u[:, 4:7] * on
+    return f, jnp.zeros(3, f.dtype), m
+
+
+def _loads(scale: float):
+    """A body-frame thruster and a world torque on the payload, a spring from the ground to
+    it, and a user force law that sees the payload's own state, all times ``scale`` (0: no
+    load, and the same compiled programs as with loads)."""
+    return (
+        rbjax.PointForce(2, [0.05, 0.02, 0.0], np.array([0.0, 1.5, 0.5]) * scale, frame="body"),
+        rbjax.BodyTorque(2, np.array([0.1, -0.2, 0.3]) * scale, frame="world"),
+        rbjax.TranslationalSpringDamper(
+            GROUND, [1.5, 0.3, 0.2], 2, [0.02, 0.0, 0.01], stiffness=20.0 * scale,
+            damping=0.3 * scale,
+        ),
+        rbjax.ForceFunction(_drag, jnp.asarray(0.8 * scale)),
+    )  # fmt: skip
+
+
 def test_welded_payload_moves_like_the_six_row_weld_and_reports_its_reaction():
-    unmerged, merged = _double_pendulum(False), _double_pendulum(True)
-    assert merged.names == ("l1", "l2") and merged.merged.merged == ("pay",)
-    assert unmerged.nb == 3 and merged.nb == 2
-    st = _start(unmerged)
-    t2, t3, ex = _same_motion(merged, unmerged, st)
-    _assert_same_states(ex, t3.states, 1e-8)
-    # energy: the composite's kinetic and potential energy are the three bodies'
-    e2, e3 = rbjax.total_energy(merged, t2.states), rbjax.total_energy(unmerged, t3.states)
-    np.testing.assert_allclose(np.asarray(e2), np.asarray(e3), rtol=0, atol=1e-8)
-    assert float(jnp.ptp(e3)) < 1e-5  # and it is conserved (RK4 drift only)
-    # reactions: the hinges as in the unmerged model, the weld as its six multipliers
-    s2, s3 = _last(t2), _last(t3)
-    r2, r3 = rbjax.reactions(merged, s2), rbjax.reactions(unmerged, s3)
-    _assert_reactions(r2, r3, [0, 1], 1e-7)
-    w = rbjax.weld_reactions(merged, s2)
-    _assert_reactions(w, r3, [2], 1e-7)
-    assert float(jnp.linalg.norm(w.force_j)) > 1.0  # a real load: the payload's weight and more
+    """Unloaded, then loaded (:func:`_loads`: the weld's reaction carries the payload's share
+    of every load): merged and unmerged agree in motion, energy (unloaded: conserved) and
+    every reaction. The loaded run reuses the unloaded run's compiled programs."""
+    for scale in (0.0, 1.0):
+        unmerged, merged = (_double_pendulum(m, forces=_loads(scale)) for m in (False, True))
+        assert merged.names == ("l1", "l2") and merged.merged.merged == ("pay",)
+        assert unmerged.nb == 3 and merged.nb == 2
+        st = _start(unmerged)
+        t2, t3, ex = _same_motion(merged, unmerged, st)
+        _assert_same_states(ex, t3.states, 1e-8)
+        if scale == 0.0:  # the composite's kinetic and potential energy are the three bodies'
+            e2, e3 = rbjax.total_energy(merged, t2.states), rbjax.total_energy(unmerged, t3.states)
+            np.testing.assert_allclose(np.asarray(e2), np.asarray(e3), rtol=0, atol=1e-8)
+            assert float(jnp.ptp(e3)) < 1e-5  # and it is conserved (RK4 drift only)
+        # reactions: the hinges as in the unmerged model, the weld as its six multipliers
+        s2, s3 = _last(t2), _last(t3)
+        r2, r3 = rbjax.reactions(merged, s2), rbjax.reactions(unmerged, s3)
+        _assert_reactions(r2, r3, [0, 1], 1e-7)
+        w = rbjax.weld_reactions(merged, s2)
+        _assert_reactions(w, r3, [2], 1e-7)
+        assert float(jnp.linalg.norm(w.force_j)) > 1.0  # a real load: the weight and more
     # every saved state at once (a time axis) gives the same as one at a time
     wall = rbjax.weld_reactions(merged, t2.states)
     np.testing.assert_allclose(np.asarray(wall.force_j[-1]), np.asarray(w.force_j), atol=1e-12)
@@ -218,40 +245,6 @@ def test_point_mass_pendulum_matches_mujoco():
     # quaternion group) differ by 3.6e-9 m here; test_load.py's side-by-sides use 1e-8 too
     np.testing.assert_allclose(ours, np.array(bob), rtol=0, atol=1e-8)
     assert np.ptp(np.array(bob)[:, 0]) > 0.05  # it does move
-
-
-def test_forces_on_a_welded_body_act_through_its_carrier():
-    """A body-frame thruster and a world torque on the payload, a spring from the ground to
-    it, and a user force law that sees the payload's own state: merged and unmerged agree in
-    motion and in the weld's reaction, which carries the payload's share of every load."""
-
-    def drag(t, state, params):
-        """Vertical drag on the payload and a rotary damper in its own axes (row 2 only)."""
-        on = jnp.asarray([0.0, 0.0, 1.0])[:, None]
-        f = -params * state.u[:, 0:3] * jnp.asarray([0.0, 0.0, 1.0])[None] * on
-        m = -0.3 * params * state.u[:, 4:7] * on
-        return f, jnp.zeros(3, f.dtype), m
-
-    def forces():
-        return (
-            rbjax.PointForce(2, [0.05, 0.02, 0.0], [0.0, 1.5, 0.5], frame="body"),
-            rbjax.BodyTorque(2, [0.1, -0.2, 0.3], frame="world"),
-            rbjax.TranslationalSpringDamper(
-                GROUND, [1.5, 0.3, 0.2], 2, [0.02, 0.0, 0.01], stiffness=20.0, damping=0.3
-            ),
-            rbjax.ForceFunction(drag, jnp.asarray(0.8)),
-        )
-
-    unmerged, merged = (
-        _double_pendulum(False, forces=forces()),
-        _double_pendulum(True, forces=forces()),
-    )
-    st = _start(unmerged)
-    t2, t3, ex = _same_motion(merged, unmerged, st)
-    _assert_same_states(ex, t3.states, 1e-8)
-    s2, s3 = _last(t2), _last(t3)
-    _assert_reactions(rbjax.reactions(merged, s2), rbjax.reactions(unmerged, s3), [0, 1], 1e-7)
-    _assert_reactions(rbjax.weld_reactions(merged, s2), rbjax.reactions(unmerged, s3), [2], 1e-7)
 
 
 def _every_builtin_on_the_payload():
@@ -485,10 +478,13 @@ def test_gradient_through_the_merge_matches_finite_differences():
         tr = rbjax.rollout(model, start, dt=5e-3, n_steps=60, integrator=rbjax.RK4(), save_every=60)
         return model.expand(jax.tree.map(lambda x: x[-1], tr.states)).q[2, 2]
 
-    g = jax.grad(lambda m: height(m, True))(jnp.asarray(0.4))
+    # one compiled program for the gradient and both evaluations of the differences
+    value_and_grad = jax.jit(jax.value_and_grad(lambda m: height(m, True)))
+    g = value_and_grad(jnp.asarray(0.4))[1]
     h = 1e-5
-    merged_height = jax.jit(lambda m: height(m, True))  # one compile for both evaluations
-    fd = (merged_height(0.4 + h) - merged_height(0.4 - h)) / (2 * h)
+    fd = (value_and_grad(jnp.asarray(0.4 + h))[0] - value_and_grad(jnp.asarray(0.4 - h))[0]) / (
+        2 * h
+    )
     assert abs(float(g)) > 1e-3
     np.testing.assert_allclose(float(g), float(fd), rtol=1e-6)
 
