@@ -219,8 +219,8 @@ def accelerations(model, state):
 
     Compiled as one program on the first call for a model's structure (array leaves traced, so
     new values do not compile again): evaluated eagerly, its few hundred operations would each
-    be compiled on their own, about 10 s for a pendulum. Inside a caller's ``jax.jit`` it is
-    part of the caller's program."""
+    be compiled on their own, which takes seconds even for a pendulum. Inside a caller's
+    ``jax.jit`` it is part of the caller's program."""
     t, q, u = to_components(state)
     _, udot, lam = model.formulation._engine_derivatives(model, t, q, u)
     return jnp.moveaxis(udot, 0, -1), lam
