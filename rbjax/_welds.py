@@ -563,55 +563,46 @@ def _rebuilt(obj, *bodies):
     return jax.tree_util.tree_unflatten(structure, jax.tree_util.tree_leaves(obj))
 
 
-def _reexpressed(obj, bodies, sides: dict):
-    """``obj`` rebuilt between the engine ``bodies`` with each moved side's body data
-    re-expressed on its carrier (module docstring): body points s ↦ o + R s, body directions
-    d ↦ R d (fields ``s_i``, ``x_i``, ``z_i``, ``a_i``, ``axis_i``, ``ref_i``, ...); ``sides``
-    maps a field suffix ("_i") to (o, R), or to None for a side that keeps its data (the
-    user's ground)."""
-    fields, values = [], []
-    for suffix, place in sides.items():
-        if place is None:
-            continue
-        o, rot = place
-        for stem in ("s",) + _DIRECTIONS:
-            x = getattr(obj, stem + suffix, None)
-            if x is None or not eqx.is_array(x):
-                continue
-            moved = rot.astype(x.dtype) @ x
-            fields.append(stem + suffix)
-            values.append(o.astype(x.dtype) + moved if stem == "s" else moved)
-    return eqx.tree_at(
-        lambda m: tuple(getattr(m, f) for f in fields), _rebuilt(obj, *bodies), tuple(values)
-    )
+def _on_carrier(obj, bodies, moves):
+    """``obj`` rebuilt between the engine ``bodies`` with some fields re-expressed on their
+    carrier (module docstring): ``moves`` holds (field, o, R) for a body point, s ↦ o + R s,
+    and (field, None, R) for a body direction, d ↦ R d."""
+    out = _rebuilt(obj, *bodies)
+    if not moves:
+        return out
+    values = []
+    for field, o, rot in moves:
+        x = getattr(obj, field)
+        moved = rot.astype(x.dtype) @ x
+        values.append(moved if o is None else o.astype(x.dtype) + moved)
+    return eqx.tree_at(lambda m: tuple(getattr(m, f) for f, _, _ in moves), out, tuple(values))
 
 
 def _moved(obj, sides: dict, body_fields):
-    """A copy of the two-sided joint or force ``obj`` on the engine bodies: ``sides`` maps
-    "_i", "_j" to (engine body, o, R) (o None: the user's ground, unchanged)."""
-    bodies = tuple(
-        getattr(obj, field) if o is None else engine
-        for (engine, o, _), field in zip(sides.values(), body_fields, strict=True)
-    )
-    places = {k: None if o is None else (o, rot) for k, (_, o, rot) in sides.items()}
-    return _reexpressed(obj, bodies, places)
+    """The two-sided joint or force ``obj`` on the engine bodies: ``sides`` maps "_i", "_j"
+    to (engine body, o, R) (o None: the user's ground, unchanged). Its body data are the
+    fields ``s_i`` (a point) and ``x_i``, ``z_i``, ``a_i``, ``axis_i``, ``ref_i`` (directions)."""
+    bodies, moves = [], []
+    for (suffix, (engine, o, rot)), field in zip(sides.items(), body_fields, strict=True):
+        bodies.append(getattr(obj, field) if o is None else engine)
+        if o is None:
+            continue
+        for stem in ("s",) + _DIRECTIONS:
+            if eqx.is_array(getattr(obj, stem + suffix, None)):
+                moves.append((stem + suffix, o if stem == "s" else None, rot))
+    return _on_carrier(obj, bodies, moves)
 
 
 def _moved_one_body(force, where):
     """A PointForce or BodyTorque on the body that carries its own: the point ϱ ↦ o + R ϱ,
     a body-frame force or torque turned by R (a world-frame one keeps its components)."""
     engine, o, rot = where
-    out = _rebuilt(force, engine)
+    turned = force.frame == "body"
     if isinstance(force, PointForce):
-        p, f = force.point_body, force.force_world
-        point = o.astype(p.dtype) + rot.astype(p.dtype) @ p
-        if force.frame == "body":
-            f = rot.astype(f.dtype) @ f
-        return eqx.tree_at(lambda m: (m.point_body, m.force_world), out, (point, f))
-    tau = force.torque_body
-    if force.frame == "body":
-        tau = rot.astype(tau.dtype) @ tau
-    return eqx.tree_at(lambda m: m.torque_body, out, tau)
+        moves = [("point_body", o, rot)] + ([("force_world", None, rot)] if turned else [])
+    else:
+        moves = [("torque_body", None, rot)] if turned else []
+    return _on_carrier(force, [engine], moves)
 
 
 # ------------------------------------------------------------------------------- reactions
