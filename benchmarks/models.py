@@ -62,9 +62,13 @@ def slider_crank():
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
     import slider_crank as example
 
-    bodies, joints, _, state = example.mechanism()
+    _, free, _, rest = example.mechanism()  # the mechanism without its motor, at rest
+    bodies = [
+        rbjax.Body(m, i, name=n)
+        for m, i, n in zip(free.mass, free.inertia, free.names, strict=True)
+    ]
     torque = [rbjax.BodyTorque(0, [0.0, 0.0, 2.0])]
-    return rbjax.Model(bodies, joints=joints, forces=torque, gravity=GRAVITY), state
+    return rbjax.Model(bodies, joints=free.joints, forces=torque, gravity=GRAVITY), rest
 
 
 ARM_AXES = ([0, 0, 1], [0, 1, 0], [0, 1, 0], [1, 0, 0], [0, 1, 0], [1, 0, 0])
