@@ -224,7 +224,8 @@ def test_a_run_killed_with_sigkill_resumes_without_losing_or_repeating_samples(t
     """The worker stalls after its 3rd chunk (chunks 0-2 on disk) and is SIGKILL-ed; a left-over
     temporary file and a stray chunk file not in the manifest (as a kill in the middle of a
     write leaves them) are planted; the resumed run reads chunks 0-2, computes 3-5, and equals
-    the uninterrupted run bit for bit. Then a truncated and a corrupted chunk are recomputed."""
+    the uninterrupted run bit for bit. Then a truncated and a corrupted chunk are recomputed,
+    each with a warning naming it."""
     run = tmp_path / "run"
     out = tmp_path / "killed.npz"
     proc = _worker(out, "--directory", run, "--stall-after-chunk", 2, wait=False)
@@ -249,10 +250,13 @@ def test_a_run_killed_with_sigkill_resumes_without_losing_or_repeating_samples(t
     data[-100] ^= 0xFF
     (run / "chunk-000004.npz").write_bytes(bytes(data))
     sample, measures, dt, n = CASES["body"]
-    again = rbjax.monte_carlo(
-        sample, 3000, dt, n, measures, key=7, chunk_size=512, device_batch=128,
-        directory=run, resume=True, progress=False,
-    )  # fmt: skip
+    with pytest.warns(RuntimeWarning) as seen:
+        again = rbjax.monte_carlo(
+            sample, 3000, dt, n, measures, key=7, chunk_size=512, device_batch=128,
+            directory=run, resume=True, progress=False,
+        )  # fmt: skip
+    text = " ".join(str(w.message) for w in seen)
+    assert "chunk-000001.npz is truncated or corrupt" in text and "chunk-000004.npz" in text
     assert again.chunks_recomputed == (1, 4) and again.chunks_computed == (1, 4)
     assert again.chunks_resumed == (0, 2, 3, 5)
     _same(_reference(again), _reference(body_run))

@@ -22,6 +22,7 @@ import hashlib
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable
 
 import equinox as eqx
@@ -46,7 +47,7 @@ from .._rollout import _DEFAULT_MONITORS, _monitor_spec, _rollout
 from .._state import State, fresh_tolerances
 from . import statistics as st
 from .devices import sample_mesh
-from .store import FORMAT, RunStore
+from .store import FORMAT, ROLES, RunStore, run_fingerprint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -343,9 +344,12 @@ def monte_carlo(
     * ``devices``: None (every device of every process, see :func:`rbjax.use_cpu_cores`), a
       count or a list; each chunk is split across them.
     * ``directory``: each chunk's results are written there atomically (npz + JSON manifest,
-      rbjax/_montecarlo/store.py); ``resume=True`` reads back the complete chunks (checksums
-      verified, a bad chunk is recomputed) and computes the rest. ``trajectories=k`` also
-      writes the state every k steps of every sample there.
+      rbjax/_montecarlo/store.py), every file with the run's fingerprint and its chunk index
+      inside and its SHA-256 in the manifest; ``resume=True`` reads back the complete chunks
+      and computes the rest. Every file is verified: a missing, truncated or corrupt file of
+      this run is recomputed with a ``RuntimeWarning`` naming it; a file of another run or
+      of another chunk, and a malformed manifest, raise ``ValueError`` naming the file.
+      ``trajectories=k`` also writes the state every k steps of every sample there.
     * Failures: a sample that diverges, whose solver fails, that a plausibility monitor
       (``monitors``, as in :func:`rbjax.rollout`) or a Drift measure's limit finds
       implausible, whose measure is not finite, whose sampled parameters fail the build-time
@@ -421,9 +425,10 @@ def monte_carlo(
     kernel = _Kernel(sample, probe, mask, measures, integrator, n_steps, trajectories, spec)
     ids_spec = jax.ShapeDtypeStruct((int(device_batch),), jnp.int32)  # one device's share
     dt_data = np.asarray(dt, dtype=probe[1].q.dtype)
-    fingerprint = None  # traced only for a run on disk (a mechanism's trace takes seconds)
+    fingerprint = layout = None  # traced only for a run on disk (a mechanism's: seconds)
     if directory is not None:
-        fingerprint = _fingerprint(jax.make_jaxpr(kernel)(key_data, dt_data, ids_spec), key)
+        closed, shapes = jax.make_jaxpr(kernel, return_shape=True)(key_data, dt_data, ids_spec)
+        fingerprint, layout = _fingerprint(closed, key), _layout(shapes)
 
     program = jax.jit(
         jax.shard_map(
@@ -472,18 +477,20 @@ def monte_carlo(
     config = {
         "n_samples": int(n_samples),
         "chunk_size": chunk,
+        "device_batch": int(device_batch),
         "n_steps": int(n_steps),
         "dt": float(dt),
         "key": key_data.tolist(),
         "measures": {k: repr(type(m).__name__) for k, m in measures.items()},
         "trajectories": trajectories,
+        "dtype": dt_data.dtype.name,
         "program": fingerprint,
     }
     lead = jax.process_index() == 0
     store = RunStore(directory) if directory is not None else None
-    manifest = _open_run(store, config, resume, lead)
-
     n_chunks = -(-n_samples // chunk)
+    manifest = _open_run(store, config, resume, lead, n_chunks)
+
     acc = _Accumulator(measures, n_samples, keep_samples)
     reporter = _Reporter(progress, n_samples, lead)
     computed, resumed, recomputed = [], [], []
@@ -493,11 +500,17 @@ def monte_carlo(
             lo, hi = c * chunk, min((c + 1) * chunk, n_samples)
             data = None
             entry = manifest["chunks"].get(str(c)) if manifest is not None else None
-            if entry is not None and store is not None:
-                data = store.read_chunk(entry["summary"])
-                if data is None or not np.array_equal(data.get("ids", -1), np.arange(lo, hi)):
-                    data = None
+            if entry is not None and manifest is not None and store and layout is not None:
+                data, problem = _read_chunk(store, entry, c, manifest["run"], layout, lo, hi)
+                if data is None:
                     recomputed.append(c)
+                    if lead:
+                        warnings.warn(
+                            f"monte_carlo(directory={store.directory!r}): {problem}; chunk {c} "
+                            "is recomputed.",
+                            RuntimeWarning,
+                            stacklevel=2,
+                        )
             seconds = 0.0
             if data is None:
                 before = timing["compile_s"]
@@ -580,27 +593,57 @@ def _gather(out) -> dict[str, np.ndarray]:
     return {k: np.asarray(v) for k, v in jax.device_get(out).items()}
 
 
-def _open_run(store, config, resume, lead):
+def _layout(shapes) -> dict[str, dict[str, tuple[tuple[int, ...], np.dtype]]]:
+    """Per file kind, the arrays of a chunk's file: name -> (per-sample shape, dtype), from
+    the per-device program's outputs (c, ...)."""
+    per = {k: (tuple(v.shape[1:]), np.dtype(v.dtype)) for k, v in shapes.items()}
+    ids = ((), np.dtype(np.int32))
+    summary = {k: v for k, v in per.items() if not k.startswith("traj_")}
+    traj = {k[5:]: v for k, v in per.items() if k.startswith("traj_")}
+    return {"chunk": {"ids": ids, **summary}, "traj": {"ids": ids, **traj}}
+
+
+def _read_chunk(store, entry, c, run, layout, lo, hi):
+    """Chunk c's summary arrays, every file of it verified (RunStore.read_file, which raises
+    on a file of another run); (None, why) when one of them must be recomputed."""
+    ids = np.arange(lo, hi, dtype=np.int32)
+    data, problems = None, []
+    for role, kind in ROLES.items():  # all of them: a foreign file is refused, not overwritten
+        if role in entry:
+            arrays, problem = store.read_file(entry[role], kind, c, run, layout[kind], ids)
+            if arrays is None:
+                problems.append(problem)
+            elif role == "summary":
+                data = arrays
+    return (None, "; ".join(problems)) if problems else (data, "")
+
+
+def _open_run(store, config, resume, lead, n_chunks):
+    """The manifest of a run on disk: the resumed one, checked against this call (its
+    configuration, its fingerprint, the shape of every chunk entry), or a new one."""
     if store is None:
         return None
     if lead:
         os.makedirs(store.directory, exist_ok=True)
+    run = run_fingerprint(config)
     manifest = store.read_manifest() if resume else None
-    if manifest is not None and lead:  # what a write killed half-way left behind
-        for name in os.listdir(store.directory):
-            if name.startswith(".tmp-"):
-                os.unlink(store.path(name))
     if manifest is not None:
+        store.check_config_keys(manifest, config)
         for k, v in config.items():
-            if manifest["config"].get(k) != v:
+            if manifest["config"][k] != v:
                 raise ValueError(
                     f"monte_carlo(directory={store.directory!r}, resume=True): the run on disk "
-                    f"has {k} = {manifest['config'].get(k)!r}, this call {v!r}. Fix: call with "
-                    "the same arguments (same sampler, measures, key and chunk_size), or "
-                    "resume=False to start again, or another directory."
+                    f"has {k} = {manifest['config'][k]!r}, this call {v!r}. Fix: call with "
+                    "the same arguments (same sampler, measures, key, chunk_size and "
+                    "device_batch), or resume=False to start again, or another directory."
                 )
+        store.check_entries(manifest, run, n_chunks, config["trajectories"] is not None)
+        if lead:  # what a write killed half-way left behind
+            for name in os.listdir(store.directory):
+                if name.startswith(".tmp-"):
+                    os.unlink(store.path(name))
         return manifest
-    manifest = {"format": FORMAT, "config": config, "chunks": {}}
+    manifest = {"format": FORMAT, "run": run, "config": config, "chunks": {}}
     if lead:
         store.write_manifest(manifest)
     return manifest
@@ -610,12 +653,13 @@ def _write_chunk(store, manifest, c, data, lead):
     """The chunk's files, then the manifest that lists them (process 0 writes)."""
     if not lead:
         return
+    run = manifest["run"]
     summary = {k: v for k, v in data.items() if not k.startswith("traj_")}
-    entry = {"summary": store.write_chunk("chunk", c, summary)}
+    entry = {"summary": store.write_file("chunk", c, run, summary)}
     if "traj_t" in data:
         traj = {"ids": data["ids"]}
         traj.update({k[5:]: v for k, v in data.items() if k.startswith("traj_")})
-        entry["trajectories"] = store.write_chunk("traj", c, traj)
+        entry["trajectories"] = store.write_file("traj", c, run, traj)
     manifest["chunks"][str(c)] = entry
     store.write_manifest(manifest)
 
