@@ -15,7 +15,9 @@ identifiable like every other parameter of a model.
 from __future__ import annotations
 
 import ast
+import keyword
 import math
+from typing import NoReturn
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -50,6 +52,14 @@ FUNCTIONS = {
 _ARITY = {"atan2": 2, "min": 2, "max": 2, "clip": 3}
 CONSTANTS = {"pi": math.pi, "e": math.e}
 MAX_LENGTH = 2000
+"""An expression has at most this many characters."""
+MAX_NODES = 1000
+"""An expression has at most this many terms and operations (nodes of its syntax tree)."""
+MAX_DEPTH = 100
+"""Terms and operations nest at most this deep: checking and evaluating recurse once per
+level, far below Python's recursion limit (1000) even inside a traced program (a 999-term sum
+raised RecursionError). A long sum written flat, ``a + b + c + ...``, nests once per term:
+grouped, ``(a + b) + (c + d)``, it nests less."""
 
 _BINARY = {
     ast.Add: lambda a, b: a + b,
@@ -73,10 +83,25 @@ class ExpressionError(ValueError):
     """A model-file expression that cannot be compiled (a ValueError naming where)."""
 
 
-def _fail(where: str, source: str, node, problem: str, fix: str):
+def _fail(where: str, source: str, node, problem: str, fix: str) -> NoReturn:
     col = getattr(node, "col_offset", None)
     at = f" at column {col + 1}" if col is not None else ""
-    raise ExpressionError(f"{where}: {problem}{at} in {source!r}. Fix: {fix}")
+    raise ExpressionError(f"{where}: {problem}{at} in {_short(source)}. Fix: {fix}")
+
+
+def _short(source: str) -> str:
+    return repr(source) if len(source) <= 80 else repr(source[:77]) + "..."
+
+
+def _size_and_depth(tree: ast.Expression) -> tuple[int, int]:
+    """The number of terms and operations (expression nodes) and how deep they nest, by a
+    walk with its own stack (no recursion)."""
+    nodes, deepest, stack = 0, 0, [(tree.body, 1)]
+    while stack:
+        node, depth = stack.pop()
+        nodes, deepest = nodes + 1, max(deepest, depth)
+        stack += [(c, depth + 1) for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr)]
+    return nodes, deepest
 
 
 def check(source: str, names: tuple[str, ...] = (), where: str = "expression") -> ast.Expression:
@@ -92,21 +117,53 @@ def check(source: str, names: tuple[str, ...] = (), where: str = "expression") -
         )
     try:
         tree = ast.parse(source.strip(), mode="eval")
-    except SyntaxError as e:
-        col = f" at column {e.offset}" if e.offset else ""
+    except (SyntaxError, ValueError) as e:  # ValueError: a null byte, on older Pythons
+        offset, msg = getattr(e, "offset", None), getattr(e, "msg", str(e))
+        col = f" at column {offset}" if offset else ""
         raise ExpressionError(
-            f"{where}: syntax error{col} in {source!r} ({e.msg}). Fix: write an arithmetic "
+            f"{where}: syntax error{col} in {_short(source)} ({msg}). Fix: write an arithmetic "
             "expression in t, e.g. '0.5*sin(2*pi*t)'."
         ) from None
+    except (RecursionError, MemoryError):  # Python's own parser gives up on deep nesting
+        raise ExpressionError(
+            f"{where}: the expression is nested too deeply for Python's parser. Fix: write it "
+            "with fewer nested parentheses and signs."
+        ) from None
+    nodes, depth = _size_and_depth(tree)
+    if nodes > MAX_NODES:
+        raise ExpressionError(
+            f"{where}: the expression has {nodes} terms and operations (at most {MAX_NODES}). "
+            "Fix: shorten it: give repeated numbers as parameters, or a tabulated signal as "
+            "control samples."
+        )
+    if depth > MAX_DEPTH:
+        raise ExpressionError(
+            f"{where}: the expression is nested {depth} deep (at most {MAX_DEPTH}). Fix: group "
+            "long sums and products in parentheses, (a + b) + (c + d), or shorten it."
+        )
     known = set(names) | {"t"} | set(CONSTANTS)
 
     def visit(node):
         if isinstance(node, ast.Expression):
             return visit(node.body)
         if isinstance(node, ast.Constant):
-            if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+            value = node.value
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                _fail(where, source, node, f"constant {value!r} is not a number", "use numbers")
+            try:
+                finite = math.isfinite(float(value))
+            except OverflowError:  # an integer literal of 309 digits or more
+                text = str(value)
                 _fail(
-                    where, source, node, f"constant {node.value!r} is not a number", "use numbers"
+                    where,
+                    source,
+                    node,
+                    f"constant {text[:20]}... ({len(text)} digits) is too large for a float",
+                    "use a number below 1e308",
+                )
+            if not finite:  # 1e999 is inf
+                _fail(
+                    where, source, node, f"constant {value!r} is not finite", "use a finite number"
                 )
             return
         if isinstance(node, ast.Name):
@@ -227,7 +284,10 @@ class Expression(eqx.Module):
     """A function of time written as text (module docstring): ``Expression(source, **params)``.
 
     Calling it with t (any shape) returns ``jnp`` values of the same shape. ``params`` are
-    named numbers, differentiable leaves. ``where`` names the field in error messages.
+    named numbers (not booleans, not strings), differentiable leaves. ``where`` names the field
+    in error messages. The text has at most 2000 characters and 1000 terms and operations,
+    nested at most 100 deep (``MAX_LENGTH``, ``MAX_NODES``, ``MAX_DEPTH``); anything else is an
+    ``ExpressionError``, a ValueError naming ``where`` and the fix.
     """
 
     source: str = eqx.field(static=True)
@@ -236,14 +296,29 @@ class Expression(eqx.Module):
 
     def __init__(self, source: str, where: str = "expression", **params):
         for name in params:
-            if name in CONSTANTS or name in FUNCTIONS or name == "t" or not name.isidentifier():
+            reserved = name in CONSTANTS or name in FUNCTIONS or name == "t"
+            if reserved or keyword.iskeyword(name) or not name.isidentifier():
                 raise ExpressionError(
                     f"{where}: parameter name {name!r} is reserved or invalid. Fix: rename it."
                 )
         check(source, tuple(params), where)
         values = {}
         for name, v in params.items():
-            if np.shape(v) != () or (is_concrete(v) and not np.isfinite(float(v))):
+            if hasattr(v, "dtype") and hasattr(v, "shape"):  # an array or a tracer
+                dtype, shape = v.dtype, tuple(v.shape)
+            else:
+                try:
+                    dtype, shape = np.asarray(v).dtype, np.shape(v)
+                except (TypeError, ValueError):  # a ragged list
+                    dtype, shape = np.dtype(object), None
+            real = jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.floating)
+            if isinstance(v, bool) or not real:
+                what = {bool: "a boolean", str: "a string"}.get(type(v), f"of type {dtype}")
+                raise ExpressionError(
+                    f"{where}: parameter {name} = {v!r} is {what}, not a number. Fix: give a "
+                    "number (true/false and quoted numbers are not numbers)."
+                )
+            if shape != () or (is_concrete(v) and not np.isfinite(float(v))):
                 raise ExpressionError(
                     f"{where}: parameter {name} = {v!r} is not a finite number. Fix: give a number."
                 )
