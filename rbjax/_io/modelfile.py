@@ -57,14 +57,20 @@ the standard library (``tomllib``); JSON has no comments and YAML's implicit typ
     q = [[...7 numbers per body...]]       # every body listed, merged or not
     u = [[...]]
 
-Every error names the field path, the value and the fix (``joints[3].f: unknown name 'sn'
-at column 5 ...``); unknown keys are errors (a misspelt key must not be ignored).
+Every field has a type, declared once in the table ``_MODEL`` below (the types are in
+rbjax/_io/fields.py): a boolean field takes only ``true``/``false``, a number field only
+finite TOML numbers (not ``"1.0"``, not ``true``), an array its shape. The file is UTF-8 and
+nests arrays and inline tables at most ``MAX_NESTING`` deep. Every error is a
+``ModelFileError`` (a ValueError with a "Fix:") naming the field path, the value and the
+fix (``bodies[1].scalable = "false" is a string, not a boolean. Fix: write scalable = false (no
+quotes).``); unknown keys are errors (a misspelt key must not be ignored).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import tomllib
 import warnings
 from typing import Any
@@ -81,6 +87,22 @@ from .._springs import AxialSpringDamper, RotationalSpringDamper, TranslationalS
 from .._state import State
 from .._topology import GROUND
 from .expressions import Expression
+from .fields import (
+    Bool,
+    Map,
+    ModelFileError,
+    Number,
+    Numbers,
+    OneOf,
+    Table,
+    Tables,
+    Text,
+    Variant,
+    check_nesting,
+    error,
+    fail,
+    toml_string,
+)
 
 FORMAT = "rbjax-model 1"
 _JOINTS = {
@@ -101,26 +123,37 @@ _JOINTS = {
     )
 }
 _FRAME = ("s_i", "s_j", "z_i", "z_j", "x_i", "x_j")
-_FORCES: dict[str, tuple[type, tuple[str, ...], tuple[str, ...]]] = {
-    # type: (class, body fields, parameter fields)
-    "PointForce": (PointForce, ("body",), ("point_body", "force_world")),
-    "BodyTorque": (BodyTorque, ("body",), ("torque_body",)),
+_DRIVERS = ("RotationDriver", "TranslationDriver")
+_FORCES: dict[str, tuple[type, tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
+    # type: (class, body fields, parameter fields, the parameters the class requires)
+    "PointForce": (
+        PointForce,
+        ("body",),
+        ("point_body", "force_world"),
+        ("point_body", "force_world"),
+    ),
+    "BodyTorque": (BodyTorque, ("body",), ("torque_body",), ("torque_body",)),
     "TranslationalSpringDamper": (
         TranslationalSpringDamper,
         ("body_i", "body_j"),
         ("s_i", "s_j", "stiffness", "damping", "rest_length"),
+        ("s_i", "s_j", "stiffness"),
     ),
     "RotationalSpringDamper": (
         RotationalSpringDamper,
         ("body_i", "body_j"),
         ("axis_i", "axis_j", "ref_i", "ref_j", "stiffness", "damping", "rest_angle"),
+        ("axis_i", "axis_j", "ref_i", "ref_j", "stiffness"),
     ),
     "AxialSpringDamper": (
         AxialSpringDamper,
         ("body_i", "body_j"),
         ("s_i", "s_j", "axis_i", "stiffness", "damping", "rest_length"),
+        ("s_i", "s_j", "axis_i"),
     ),
 }
+_SCALARS = ("stiffness", "damping", "rest_length", "rest_angle")  # other parameters: 3-vectors
+_SPRINGS = ("TranslationalSpringDamper", "RotationalSpringDamper", "AxialSpringDamper")
 # static options of a force: type -> {field: default}; written only when not the default
 _FORCE_OPTIONS: dict[str, dict[str, str]] = {
     "PointForce": {"frame": "world"},
@@ -131,26 +164,111 @@ _FORMULATIONS = {
     "NewtonEuler": NewtonEuler,
     "UdwadiaSchutte": UdwadiaSchutte,
 }
-_ACTUATOR = ("gain", "bias", "gear", "offset", "ctrl_range", "force_range", "control", "name")
+MAX_NESTING = 32
+"""Arrays and inline tables nest at most this deep in a model file (the format needs five
+levels at most: ``forces = [{ actuator = { control = { values = [...] } } }]``)."""
+
+# ------------------------------------------------------------------ the format, field by field
+# The one place that knows each field's type (rbjax/_io/fields.py holds the types): every value
+# is checked against it before anything is built from it.
+
+_VECTOR = Numbers(((3,),), "[0.0, 0.0, 1.0]")
+_BODY_NAME = Text(example="ground")
+_BODY = Table(
+    {
+        "name": Text(example="crank"),
+        "mass": Number("kg"),
+        "inertia": Numbers(((3,), (3, 3)), "[0.01, 0.01, 0.002]", "kg m²"),
+        "scalable": Bool(),
+        "point": Bool(),
+    },
+    ("name", "mass"),
+    "a body",
+)
+_EXPRESSION = OneOf(
+    {"string": Text(example="0.5*sin(2*pi*t)"), "number": Number()},
+    "an expression in t (a string) or a number",
+    '"0.5*sin(2*pi*t)"',
+)
 
 
-class ModelFileError(ValueError):
-    """A model file that cannot be read (a ValueError naming the field path and the fix)."""
+def _joint_table(kind: str) -> Table:
+    fields = {
+        "type": Text(),
+        "name": Text(example="pin"),
+        "body_i": _BODY_NAME,
+        "body_j": _BODY_NAME,
+        **dict.fromkeys(_FRAME, _VECTOR),
+    }
+    required = ("type", "body_i", "body_j")
+    if kind == "Distance":
+        fields["length"] = Number("m")
+        required += ("length",)
+    if kind in _DRIVERS:
+        fields["f"], fields["params"] = _EXPRESSION, Map(Number())
+    return Table(fields, required, f"a {kind} joint")
 
 
-def _err(path: str, problem: str, fix: str):
-    raise ModelFileError(f"{path}: {problem}. Fix: {fix}")
+_SAMPLES = Table(
+    {
+        "values": Numbers(((None,),), "[0.0, 0.5, 1.0]"),
+        "dt": Number("s", "0.01", positive=True),
+        "t0": Number("s", "0.0"),
+        "hold": Text(("zero", "linear")),
+    },
+    ("values", "dt"),
+    "control samples",
+)
+_ACTUATOR = Table(
+    {
+        "name": Text(example="motor"),
+        "gain": _VECTOR,
+        "bias": _VECTOR,
+        "gear": Number(),
+        "offset": Number(),
+        "ctrl_range": Numbers(((2,),), "[-1.0, 1.0]"),
+        "force_range": Numbers(((2,),), "[-10.0, 10.0]"),
+        "control": OneOf(
+            {"number": Number(), "string": Text(example="0.2*sin(t)"), "table": _SAMPLES},
+            "a number, an expression (a string) or a table of samples",
+            '"0.2*sin(t)"',
+        ),
+    },
+    name="an actuator",
+)
 
 
-def _keys(path: str, table: dict, allowed, required=()):
-    if not isinstance(table, dict):
-        _err(path, f"is {table!r}, not a table", "write it as a TOML table")
-    for key in table:
-        if key not in allowed:
-            _err(f"{path}.{key}", "is not a known field", f"use one of {sorted(allowed)}")
-    for key in required:
-        if key not in table:
-            _err(f"{path}.{key}", "is missing", "add it")
+def _force_table(kind: str) -> Table:
+    _, body_fields, params, required = _FORCES[kind]
+    fields = {
+        "type": Text(),
+        **dict.fromkeys(body_fields, _BODY_NAME),
+        **{p: Number() if p in _SCALARS else _VECTOR for p in params},
+        **dict.fromkeys(_FORCE_OPTIONS.get(kind, {}), Text(("world", "body"))),
+    }
+    if kind in _SPRINGS:
+        fields["actuator"] = _ACTUATOR
+    return Table(fields, ("type", *body_fields, *required), f"a {kind}")
+
+
+_ROWS = Numbers(((None, 7),), "[[0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]]")
+_MODEL = Table(
+    {
+        "format": Text((FORMAT,), noun="the format this rbjax reads"),
+        "gravity": Numbers(((3,),), "[0.0, 0.0, -9.81]", "m/s²"),
+        "formulation": Text(tuple(_FORMULATIONS), noun="a formulation"),
+        "baumgarte": Numbers(((2,),), "[10.0, 10.0]", "1/s"),
+        "timestep": Number("s", "0.001", positive=True),
+        "bodies": Tables(_BODY, nonempty=True),
+        "joints": Tables(Variant("type", {k: _joint_table(k) for k in _JOINTS}, "a joint type")),
+        "forces": Tables(Variant("type", {k: _force_table(k) for k in _FORCES}, "a force type")),
+        "initial": Table(
+            {"t": Number("s", "0.0"), "q": _ROWS, "u": _ROWS}, ("q",), "the initial state"
+        ),
+        "merge_welded": Bool(),
+    },
+    ("format", "bodies"),
+)
 
 
 def _wrap(path: str, fn, *args, **kwargs):
@@ -159,79 +277,80 @@ def _wrap(path: str, fn, *args, **kwargs):
         return fn(*args, **kwargs)
     except ModelFileError:
         raise
-    except (ValueError, TypeError) as e:
+    except ValueError as e:
         raise ModelFileError(f"{path}: {e}") from None
 
 
 # ---------------------------------------------------------------------------------- reading
 
 
+def _parse(path) -> dict[str, Any]:
+    """The file's TOML document: UTF-8 (a byte-order mark is skipped), nested at most
+    MAX_NESTING deep, valid TOML; a ModelFileError naming the line otherwise."""
+    where = os.fspath(path)
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        start = raw.rfind(b"\n", 0, e.start) + 1
+        line = raw.count(b"\n", 0, e.start) + 1
+        column = len(raw[start : e.start].decode("utf-8", "replace")) + 1
+        raise ModelFileError(
+            f"{where}: is not UTF-8 text: byte 0x{raw[e.start]:02x} at line {line}, column "
+            f"{column}. Fix: save the file as UTF-8 (the encoding of TOML)."
+        ) from None
+    text = text.removeprefix("\ufeff")  # a byte-order mark, as some editors write (not TOML)
+    check_nesting(text, where, MAX_NESTING)
+    try:
+        return tomllib.loads(text)
+    except ValueError as e:  # TOMLDecodeError, or an integer of more than 4300 digits
+        raise ModelFileError(
+            f"{where}: not valid TOML ({e}). Fix: check the syntax there."
+        ) from None
+    except RecursionError:  # not reached below MAX_NESTING; kept so that none can escape
+        raise ModelFileError(
+            f"{where}: arrays or inline tables are nested too deeply to read. Fix: remove the "
+            "extra brackets."
+        ) from None
+
+
 def read(path) -> tuple[Any, State | None, float | None]:
     """Parse and validate a model file; returns (model, state or None, timestep or None)."""
     from .._model import Model
 
-    with open(path, "rb") as fh:
-        try:
-            doc = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as e:
-            raise ModelFileError(
-                f"{os.fspath(path)}: not valid TOML ({e}). Fix: check the syntax there."
-            ) from None
-    _keys(
-        "model",
-        doc,
-        (
-            "format",
-            "gravity",
-            "formulation",
-            "baumgarte",
-            "timestep",
-            "bodies",
-            "joints",
-            "forces",
-            "initial",
-            "merge_welded",
-        ),
-        ("format", "bodies"),
-    )
-    if doc["format"] != FORMAT:
-        _err("format", f"is {doc['format']!r}", f'write format = "{FORMAT}"')
-    bodies_doc = doc["bodies"]
-    if not isinstance(bodies_doc, list) or not bodies_doc:
-        _err("bodies", "is empty", "add [[bodies]] tables")
+    doc = _MODEL.read("", _parse(path))
     bodies, names = [], []
-    for k, b in enumerate(bodies_doc):
-        p = f"bodies[{k}]"
-        _keys(p, b, ("name", "mass", "inertia", "scalable", "point"), ("name", "mass"))
-        point = b.get("point", False)
-        if not isinstance(point, bool):
-            _err(f"{p}.point", f"is {point!r}", "write point = true for a point mass, or omit it")
-        if point == ("inertia" in b):
-            _err(
-                p,
-                "has both point = true and an inertia" if point else "has no inertia",
-                "give an inertia, or point = true (a point mass, welded by a Fixed joint)",
+    for k, b in enumerate(doc["bodies"]):
+        p, name, point = f"bodies[{k}]", b["name"], b.get("point", False)
+        if name == "ground":
+            fail(f"{p}.name", name, "names the fixed world", "give the body another name")
+        if name in names:
+            fail(
+                f"{p}.name",
+                name,
+                f"is the name of bodies[{names.index(name)}] too",
+                "give each body its own name",
             )
-        if point:
-            bodies.append(_wrap(p, Body.point_mass, b["mass"], name=str(b["name"])))
-        else:
-            bodies.append(
-                _wrap(
-                    p,
-                    Body,
-                    b["mass"],
-                    np.asarray(b["inertia"], float),
-                    scalable=bool(b.get("scalable", False)),
-                    name=str(b["name"]),
-                )
+        if point and "inertia" in b:
+            error(f"{p}.inertia", "is given for a point mass", "remove it, or point = true")
+        if not point and "inertia" not in b:
+            error(
+                f"{p}.inertia",
+                "is missing",
+                "give the inertia in kg m² (3 principal moments or a 3x3 matrix), or "
+                "point = true (a point mass, welded by a Fixed joint)",
             )
-        names.append(str(b["name"]))
+        inertia = np.zeros((3, 3)) if point else b["inertia"]
+        scalable = b.get("scalable", False)
+        bodies.append(_wrap(p, Body, b["mass"], inertia, scalable=scalable, name=name, point=point))
+        names.append(name)
 
-    def body(p, value):
+    def body(p: str, value: str) -> int:
         if value == "ground":
             return GROUND
         if value not in names:
-            _err(
+            error(
                 p,
                 f"names body {value!r}, which is not in the file",
                 f"use 'ground' or one of {names}",
@@ -240,74 +359,53 @@ def read(path) -> tuple[Any, State | None, float | None]:
 
     joints = [_joint(f"joints[{k}]", j, body) for k, j in enumerate(doc.get("joints", []))]
     forces = [_force(f"forces[{k}]", f, body) for k, f in enumerate(doc.get("forces", []))]
-    formulation = doc.get("formulation", "ScalableDAE")
-    if formulation not in _FORMULATIONS:
-        _err("formulation", f"is {formulation!r}", f"use one of {sorted(_FORMULATIONS)}")
+    baumgarte = doc.get("baumgarte")
     model = _wrap(
         "model",
         Model,
         bodies,
-        gravity=np.asarray(doc.get("gravity", [0.0, 0.0, 0.0]), float),
+        gravity=doc.get("gravity", np.zeros(3)),
         joints=joints,
         forces=forces,
-        formulation=_FORMULATIONS[formulation](),
-        baumgarte=_baumgarte(doc.get("baumgarte")),
-        merge_welded=_flag("merge_welded", doc.get("merge_welded", False)),
+        formulation=_FORMULATIONS[doc.get("formulation", "ScalableDAE")](),
+        baumgarte=None if baumgarte is None else (float(baumgarte[0]), float(baumgarte[1])),
+        merge_welded=doc.get("merge_welded", False),
     )
     state = None
     if "initial" in doc:
         init = doc["initial"]
-        _keys("initial", init, ("t", "q", "u"), ("q",))
-        q = np.asarray(init["q"], float)
-        u = np.asarray(init.get("u", np.zeros_like(q)), float)
+        q = init["q"]
         state = _wrap(
             "initial",
             State,
-            t=jnp.asarray(float(init.get("t", 0.0))),
+            t=jnp.asarray(init.get("t", 0.0)),
             q=jnp.asarray(q),
-            u=jnp.asarray(u),
+            u=jnp.asarray(init.get("u", np.zeros_like(q))),
         )
         state = _wrap("initial", model.merge_state, state)  # the file lists every body
         state = _wrap("initial", model.check_state, state)
         if joints:
             state = _assembled(model, state)
-    timestep = doc.get("timestep")
-    if timestep is not None and not (isinstance(timestep, (int, float)) and timestep > 0):
-        _err("timestep", f"is {timestep!r}", "give a positive step in seconds, or omit it")
-    return model, state, None if timestep is None else float(timestep)
+    return model, state, doc.get("timestep")
 
 
-def _expression(path, value, params):
-    if isinstance(value, str):
-        return Expression(value, where=path, **(params or {}))
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return Expression(repr(float(value)), where=path)
-    _err(path, f"is {value!r}", 'write an expression in t, e.g. "0.5*sin(2*pi*t)"')
+def _expression(path: str, value: str | float, params: dict[str, float]) -> Expression:
+    for name in params:
+        if name in ("source", "where"):  # Expression's own arguments
+            error(
+                f"{path.rsplit('.', 1)[0]}.params.{name}",
+                "is a name the expression language reserves",
+                "rename the parameter (and its uses in f)",
+            )
+    source = value if isinstance(value, str) else repr(value)
+    return Expression(source, where=path, **params)
 
 
-def _joint(p, j, body):
-    _keys(
-        p,
-        j,
-        ("type", "name", "body_i", "body_j", *_FRAME, "length", "f", "params"),
-        ("type", "body_i", "body_j"),
-    )
+def _joint(p: str, j: dict[str, Any], body):
     kind = j["type"]
-    if kind not in _JOINTS:
-        _err(f"{p}.type", f"is {kind!r}, not a joint type", f"use one of {sorted(_JOINTS)}")
-    kwargs: dict[str, Any] = {k: np.asarray(j[k], float) for k in _FRAME if k in j}
-    if "name" in j:
-        kwargs["name"] = str(j["name"])
-    if kind == "Distance":
-        if "length" not in j:
-            _err(f"{p}.length", "is missing", "give the distance in metres")
-        kwargs["length"] = float(j["length"])
-    elif "length" in j:
-        _err(f"{p}.length", f"is not a field of {kind}", "remove it")
-    if kind in ("RotationDriver", "TranslationDriver"):
-        kwargs["f"] = _expression(f"{p}.f", j.get("f", "0"), j.get("params"))
-    elif "f" in j or "params" in j:
-        _err(f"{p}.f", f"{kind} has no driving function", "remove f/params, or use a driver type")
+    kwargs: dict[str, Any] = {k: j[k] for k in (*_FRAME, "name", "length") if k in j}
+    if kind in _DRIVERS:
+        kwargs["f"] = _expression(f"{p}.f", j.get("f", "0"), j.get("params", {}))
     return _wrap(
         p,
         _JOINTS[kind],
@@ -317,62 +415,31 @@ def _joint(p, j, body):
     )
 
 
-def _control(p, c):
+def _control(p: str, c: Any):
     if isinstance(c, dict):
-        _keys(p, c, ("values", "dt", "t0", "hold"), ("values", "dt"))
-        return _wrap(
-            p,
-            ControlSequence,
-            np.asarray(c["values"], float),
-            float(c["dt"]),
-            float(c.get("t0", 0.0)),
-            str(c.get("hold", "zero")),
-        )
-    if isinstance(c, (int, float)) and not isinstance(c, bool):
-        return float(c)
-    return _expression(p, c, None)
+        hold = c.get("hold", "zero")
+        return _wrap(p, ControlSequence, c["values"], c["dt"], c.get("t0", 0.0), hold)
+    return c if isinstance(c, float) else _expression(p, c, {})
 
 
-def _actuator(p, a):
-    _keys(p, a, _ACTUATOR)
+def _actuator(p: str, a: dict[str, Any]) -> Actuator:
     kwargs = {
         k: a[k] for k in ("gain", "bias", "gear", "offset", "ctrl_range", "force_range") if k in a
     }
     if "control" in a:
         kwargs["control"] = _control(f"{p}.control", a["control"])
-    return _wrap(p, Actuator, name=str(a.get("name", "actuator")), **kwargs)
+    return _wrap(p, Actuator, name=a.get("name", "actuator"), **kwargs)
 
 
-def _force(p, f, body):
-    kind = str(f.get("type")) if isinstance(f, dict) else ""
-    if kind not in _FORCES:
-        _err(f"{p}.type", f"is {kind!r}, not a force type", f"use one of {sorted(_FORCES)}")
-    cls, body_fields, params = _FORCES[kind]
-    actuated = kind in ("TranslationalSpringDamper", "RotationalSpringDamper", "AxialSpringDamper")
-    required = params if kind in ("PointForce", "BodyTorque") else ()
-    options = _FORCE_OPTIONS.get(kind, {})
-    _keys(
-        p,
-        f,
-        ("type", *body_fields, *params, *options, *(("actuator",) if actuated else ())),
-        ("type", *body_fields, *required),
-    )
+def _force(p: str, f: dict[str, Any], body):
+    kind = f["type"]
+    cls, body_fields, params, _ = _FORCES[kind]
     bodies = [body(f"{p}.{b}", f[b]) for b in body_fields]
-    for b, field in zip(bodies, body_fields, strict=True):
-        if b == GROUND and len(body_fields) == 1:
-            _err(f"{p}.{field}", "is 'ground'", "a force on one body acts on a body")
-    kwargs: dict[str, Any] = {
-        k: (np.asarray(f[k], float) if isinstance(f[k], list) else float(f[k]))
-        for k in params
-        if k in f
-    }
+    if len(body_fields) == 1 and bodies[0] == GROUND:
+        error(f"{p}.{body_fields[0]}", "is 'ground'", "a force on one body acts on a body")
+    kwargs: dict[str, Any] = {k: f[k] for k in (*params, *_FORCE_OPTIONS.get(kind, {})) if k in f}
     if "actuator" in f:
         kwargs["actuator"] = _actuator(f"{p}.actuator", f["actuator"])
-    for key in options:
-        if key in f:
-            if not isinstance(f[key], str):
-                _err(f"{p}.{key}", f"is {f[key]!r}, not a string", f'write e.g. {key} = "world"')
-            kwargs[key] = f[key]
     if kind in ("PointForce", "BodyTorque"):
         vectors = [kwargs.pop(k) for k in params]
         return _wrap(p, cls, bodies[0], *vectors, **kwargs)
@@ -420,15 +487,27 @@ def _num(x) -> str:
 
 def _value(x) -> str:
     if isinstance(x, str):
-        return '"' + x.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        try:
+            x.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ModelFileError(
+                f"the text {x!r} holds a character that UTF-8 cannot encode (a lone surrogate). "
+                "Fix: remove it from the name."
+            ) from None
+        return toml_string(x)  # quotes, backslashes and control characters escaped
     if isinstance(x, bool):
         return "true" if x else "false"
     if isinstance(x, dict):
-        return "{ " + ", ".join(f"{k} = {_value(v)}" for k, v in x.items()) + " }"
+        return "{ " + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in x.items()) + " }"
     arr = np.asarray(x)
     if arr.ndim == 0:
         return _num(arr)
     return "[" + ", ".join(_value(v) for v in arr) + "]"
+
+
+def _key(key: str) -> str:
+    """A TOML key: bare when it is one (A-Z a-z 0-9 _ -), quoted otherwise (a parameter 'é')."""
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else toml_string(key)
 
 
 def _name_of(names, b):
@@ -444,30 +523,16 @@ def _expression_out(path, f):
     )
 
 
-def _flag(key, value) -> bool:
-    if not isinstance(value, bool):
-        _err(key, f"is {value!r}", f"write {key} = true or false")
-    return value
-
-
-def _baumgarte(value):
-    """``baumgarte = [α, β]``: two numbers, or absent (None)."""
-    if value is None:
-        return None
-    if not (
-        isinstance(value, list)
-        and len(value) == 2
-        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-    ):
-        _err("baumgarte", f"is {value!r}", "give two numbers [alpha, beta] in 1/s, or omit it")
-    return (float(value[0]), float(value[1]))
-
-
 def write(path, model, state: State | None = None, timestep: float | None = None) -> None:
     """Write ``model`` (and ``state``, ``timestep``) to ``path`` in the model-file format."""
     names = model.names
     lines = [f'format = "{FORMAT}"', f"gravity = {_value(model.gravity)}"]
     if timestep is not None:
+        if isinstance(timestep, bool) or not float(timestep) > 0.0:
+            raise ModelFileError(
+                f"save: timestep = {timestep!r} is not a positive number. Fix: give the step in "
+                "s, or None."
+            )
         lines.append(f"timestep = {_num(timestep)}")
     lines.append(f'formulation = "{type(model.formulation).__name__}"')
     if type(model.formulation).__name__ not in _FORMULATIONS or (
@@ -501,7 +566,12 @@ def write(path, model, state: State | None = None, timestep: float | None = None
             lines.append("merge_welded = true")
         if state is not None and state.q.shape[-2] == model.nb:
             state = model.expand(state)
-    for name, mass, inertia, scalable, point in bodies:
+    for k, (name, mass, inertia, scalable, point) in enumerate(bodies):
+        if name == "ground":
+            raise ModelFileError(
+                f"bodies[{k}] is named 'ground', the name a model file gives the fixed world. "
+                "Fix: rename the body."
+            )
         lines += ["", "[[bodies]]", f"name = {_value(name)}", f"mass = {_num(mass)}"]
         if point:
             lines.append("point = true")
@@ -538,7 +608,7 @@ def write(path, model, state: State | None = None, timestep: float | None = None
                 f"forces[{k}] is a {kind}, which a model file cannot hold (a Python function). "
                 "Fix: use the built-in forces, or keep this model in Python."
             )
-        _, body_fields, params = _FORCES[kind]
+        _, body_fields, params, _ = _FORCES[kind]
         lines += ["", "[[forces]]", f"type = {_value(kind)}"]
         lines += [f"{b} = {_value(_name_of(names, getattr(f, b)))}" for b in body_fields]
         lines += [f"{p} = {_value(getattr(f, p))}" for p in params]
@@ -575,6 +645,12 @@ def write(path, model, state: State | None = None, timestep: float | None = None
                         "their values into the expression."
                     )
                 lines.append(f"control = {_value(src)}")
+            elif np.size(c) != 1:
+                raise ModelFileError(
+                    f"forces[{k}].actuator.control is {np.size(c)} constant controls: a model "
+                    "file holds one control per actuator. Fix: give the actuator one number, or "
+                    "keep this model in Python."
+                )
             else:
                 lines.append(f"control = {_num(c)}")
     if state is not None:
@@ -591,5 +667,5 @@ def write(path, model, state: State | None = None, timestep: float | None = None
             f"u = {_value(state.u)}",
         ]
     text = "\n".join(lines) + "\n"
-    with open(path, "w") as fh:
+    with open(path, "w", encoding="utf-8", newline="\n") as fh:  # TOML is UTF-8 on every locale
         fh.write(text)
