@@ -447,25 +447,63 @@ OUTPUT_WARN_BYTES = 2**30
 PEAK_FACTOR = 3.5
 
 
-def _available_memory() -> int | None:
-    """Bytes the default device can hold: its memory limit (GPU/TPU) or the host's physical
-    memory (CPU); None when unknown."""
+def _available_memory(host: bool = False) -> int | None:
+    """Bytes the default device can still take, not its total (memory that other programs
+    hold cannot be lent): on a GPU/TPU the allocator's ``bytes_limit − bytes_in_use``
+    (``Device.memory_stats()``); on a CPU backend, or with ``host``, the host's available
+    memory, Linux's ``MemAvailable`` (free pages plus the page cache the kernel can reclaim,
+    /proc/meminfo), capped by a cgroup's limit less its usage but reclaimable cache (a
+    container's memory), and
+    elsewhere the free pages of ``os.sysconf``. None when unknown."""
+    if not host:
+        try:
+            stats = jax.devices()[0].memory_stats() or {}
+            if stats.get("bytes_limit"):
+                return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+        except Exception:  # noqa: BLE001 - a backend without memory statistics
+            pass
+    found = []
     try:
-        stats = jax.devices()[0].memory_stats() or {}
-        if stats.get("bytes_limit"):
-            return int(stats["bytes_limit"])
-    except Exception:  # noqa: BLE001 - a backend without memory statistics
+        with open("/proc/meminfo") as fh:
+            found += [int(ln.split()[1]) * 1024 for ln in fh if ln.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
         pass
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return None
+    for folder, limit, usage, cache in (  # a container's limit: cgroup v2, then v1
+        ("/sys/fs/cgroup", "memory.max", "memory.current", "inactive_file"),
+        (
+            "/sys/fs/cgroup/memory",
+            "memory.limit_in_bytes",
+            "memory.usage_in_bytes",
+            "total_inactive_file",
+        ),
+    ):
+        try:
+            with open(f"{folder}/{limit}") as fh:
+                cap = fh.read().strip()
+            if not cap.isdigit() or int(cap) >= 2**60:  # "max", or 2^63 less a page: none
+                continue
+            with open(f"{folder}/{usage}") as fh:
+                used = int(fh.read())
+            with open(f"{folder}/memory.stat") as fh:  # reclaimable cache counts as free
+                for ln in fh:
+                    if ln.split()[:1] == [cache]:
+                        used -= int(ln.split()[1])
+            found.append(int(cap) - used)
+        except (OSError, ValueError):
+            pass
+    if not found:
+        try:
+            found.append(int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")))
+        except (ValueError, OSError, AttributeError):
+            return None
+    return min(found)
 
 
 def check_output_size(model, state0: State, saved: int, multipliers: bool) -> int:
-    """Estimate the bytes of a rollout's saved trajectory before running it: warn above
-    :data:`OUTPUT_WARN_BYTES`, refuse (ValueError) when about 3.5x of it (the peak) exceeds
-    the device's memory. Returns the estimate."""
+    """Estimate the bytes of a rollout's saved trajectory before running it: refuse
+    (ValueError) when about 3.5x of it (the peak) exceeds the memory the device has
+    AVAILABLE now (:func:`_available_memory`), and warn above :data:`OUTPUT_WARN_BYTES`.
+    Returns the estimate."""
     batch = jnp.broadcast_shapes(
         state0.q.shape[:-2],
         model.mass.shape[:-1],
@@ -475,8 +513,6 @@ def check_output_size(model, state0: State, saved: int, multipliers: bool) -> in
     systems = math.prod(int(b) for b in batch)
     per_state = 14 * model.nb + 1 + ((model.nb + sum(model.joint_rows)) if multipliers else 0)
     size = systems * saved * per_state * jnp.dtype(state0.q.dtype).itemsize
-    if size <= OUTPUT_WARN_BYTES:
-        return size
     gib = size / 2**30
     fix = (
         "save fewer states (save_every=k keeps every k-th), compute statistics inside the "
@@ -486,16 +522,19 @@ def check_output_size(model, state0: State, saved: int, multipliers: bool) -> in
     available = _available_memory()
     if available is not None and PEAK_FACTOR * size > available:
         raise ValueError(
-            f"rollout would save {saved} states of {systems} system(s): {gib:.1f} GiB of output "
-            f"and about {PEAK_FACTOR * gib:.1f} GiB at its peak, more than the "
-            f"{available / 2**30:.1f} GiB of {jax.devices()[0].platform} memory. Fix: {fix}."
+            f"rollout would save {saved} states of {systems} system(s): {gib:.3g} GiB of output "
+            f"and about {PEAK_FACTOR * gib:.3g} GiB at its peak, more than the "
+            f"{available / 2**30:.3g} GiB of {jax.devices()[0].platform} memory available now. "
+            f"Fix: {fix}."
         )
-    warnings.warn(
-        f"rollout will save {saved} states of {systems} system(s): {gib:.1f} GiB of output, "
-        f"about {PEAK_FACTOR * gib:.1f} GiB at its peak. If that is not intended: {fix}.",
-        ResourceWarning,
-        stacklevel=3,
-    )
+    if size > OUTPUT_WARN_BYTES:
+        warnings.warn(
+            f"rollout will save {saved} states of {systems} system(s): {gib:.1f} GiB of "
+            f"output, about {PEAK_FACTOR * gib:.1f} GiB at its peak. If that is not "
+            f"intended: {fix}.",
+            ResourceWarning,
+            stacklevel=3,
+        )
     return size
 
 
