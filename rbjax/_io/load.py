@@ -31,6 +31,7 @@ def load(
     unsupported: str = "warn",
     formulation=None,
     dtype=None,
+    meshes: bool = True,
 ) -> Loaded:
     """Load a mechanism from an MJCF (``.xml``), URDF (``.urdf``) or rbjax model file
     (``.toml``, written by hand or by :func:`rbjax.save`; it carries its own initial state
@@ -72,6 +73,7 @@ def load(
             unsupported=unsupported,
             dtype=dtype,
             formulation=formulation,
+            meshes=meshes,
         )
         return Loaded(model, state, timestep, source)
     if ext == ".toml":
@@ -81,6 +83,7 @@ def load(
             k for k, v in (("qpos", qpos), ("qvel", qvel), ("control", control)) if v is not None
         ]
         given += [k for k, v in (("formulation", formulation), ("dtype", dtype)) if v is not None]
+        given += [] if meshes else ["meshes=False"]
         if given or unsupported != "warn":
             raise ValueError(
                 f"load: {', '.join(given) or 'unsupported'} apply to MJCF/URDF files; a model "

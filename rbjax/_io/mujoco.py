@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import re
 import warnings
 from typing import Any
 
@@ -176,11 +177,82 @@ def load_mujoco(path, **options):
             "Fix: pip install 'rbjax[mujoco]'."
         ) from e
     path = os.fspath(path)
-    try:
-        m = mujoco.MjModel.from_xml_path(path)
-    except ValueError as e:
-        raise ValueError(f"load: MuJoCo cannot compile {path!r}: {e}") from e
+    m = _compile(mujoco, path, options.pop("meshes", True))
     return build_from_mujoco(m, **options)
+
+
+def _compile(mujoco, path: str, meshes: bool = True):
+    """MuJoCo's compiled ``MjModel`` of the file at ``path``; its errors (a missing mesh, a
+    ROS ``package://`` URI, malformed XML, a word in a numeric attribute) as ONE line of
+    ValueError with a "Fix:". ``meshes=False`` compiles it without its mesh geoms (MjSpec:
+    geoms of type mesh and the mesh assets deleted), which changes no mass or inertia when
+    every body that carries one has an explicit ``<inertial>`` (URDF links usually do) and the
+    compiler does not take inertias from geoms (``inertiafromgeom="true"``); otherwise refused."""
+    try:
+        if meshes:
+            return mujoco.MjModel.from_xml_path(path)
+        spec = mujoco.MjSpec.from_file(path)
+        dropped = [g for g in spec.geoms if g.type == mujoco.mjtGeom.mjGEOM_MESH]
+        from_geoms = spec.compiler.inertiafromgeom
+        if dropped and from_geoms == mujoco.mjtInertiaFromGeom.mjINERTIAFROMGEOM_TRUE:
+            who = 'every body (the file sets <compiler inertiafromgeom="true">)'
+        else:
+            who = ", ".join(
+                dict.fromkeys(
+                    repr(g.parent.name) if g.parent.name else "an unnamed body"
+                    for g in dropped
+                    if not g.parent.explicitinertial
+                    and from_geoms == mujoco.mjtInertiaFromGeom.mjINERTIAFROMGEOM_AUTO
+                )
+            )
+        if who:
+            raise ValueError(
+                f"load({path!r}, meshes=False): the mass and inertia of {who} come from the "
+                "geoms, mesh geoms among them, so leaving the meshes out would change the "
+                "dynamics. Fix: give those bodies an <inertial> element, or provide the mesh "
+                "files and load with meshes=True."
+            )
+        for item in dropped + list(spec.meshes):
+            spec.delete(item)
+        return spec.compile()
+    except ValueError as e:
+        if str(e).startswith(f"load({path!r}, meshes=False)"):
+            raise
+        text = "; ".join(ln.strip().rstrip(":") for ln in str(e).splitlines() if ln.strip())
+        opening = re.search(r"Error opening file '([^']*)'", text)
+        if opening and opening.group(1).startswith("package:"):
+            with open(path, "rb") as fh:
+                found = re.findall(rb"package://([^/\"'<>\s]+)/", fh.read())
+            pkgs = [p.decode(errors="replace") for p in dict.fromkeys(found)] or ["NAME"]
+            name, ext = os.path.splitext(os.path.basename(path))
+            fix = (
+                "its mesh paths are ROS package:// URIs, which MuJoCo cannot resolve. Fix: "
+                f"replace package://{pkgs[0]}/ in the file by the path of that package's folder "
+                "(e.g. sed"
+                + "".join(f" -e 's#package://{k}/#/path/to/{k}/#g'" for k in pkgs)
+                + f" {name}{ext} > {name}_local{ext}), or load it without its mesh geoms, the "
+                "inertias coming from the links' <inertial>: rbjax.load(path, meshes=False), on "
+                "the command line --no-meshes"
+            )
+        elif opening:
+            fix = (
+                f"a file it names is missing. Fix: put {opening.group(1)!r} where the file "
+                f"says (relative to {os.path.dirname(os.path.abspath(path))!r} and <compiler "
+                "meshdir/assetdir>), or correct its file= path; a body whose mass comes from "
+                "an <inertial> loads without its mesh geoms: rbjax.load(path, meshes=False), "
+                "on the command line --no-meshes"
+            )
+        elif "XML parse error" in text or "empty file" in text:
+            fix = (
+                "it is not well-formed XML. Fix: give an MJCF or URDF text file (not empty, "
+                "not binary)"
+            )
+        else:
+            fix = (
+                "Fix: correct the element and attribute it names (the format: "
+                "https://mujoco.readthedocs.io/en/stable/XMLreference.html)"
+            )
+        raise ValueError(f"load: MuJoCo cannot compile {path!r}: {text}; {fix}.") from None
 
 
 def build_from_mujoco(
