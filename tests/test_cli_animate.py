@@ -119,7 +119,8 @@ def test_input_errors_name_the_fix(runs, capsys, monkeypatch):
     err = _error([xml, run, "--out", gif, "--sample", "1"], capsys)
     assert "single run. Fix: leave out --sample" in err
     err = _error([xml, run, "--out", gif, "--view", "20"], capsys)
-    assert "--view '20' is not two numbers ELEV,AZIM" in err and "Fix: e.g. --view 20,-60" in err
+    assert "argument --view: '20' is not two numbers ELEV,AZIM" in err
+    assert "Fix: e.g. --view 20,-60" in err
     err = _error([xml, run, "--out", gif, "--size", "0,2"], capsys)
     assert "positive" in err and "Fix: e.g. --size 6,5" in err
     from matplotlib import animation

@@ -316,7 +316,7 @@ def test_file_and_option_errors_exit_2(files, capsys):
     assert main(["identify", cfg, "--out", str(files / "fit.csv")]) == 2
     assert "--out" in capsys.readouterr().err
     assert main(["identify", cfg, "--max-steps", "-1"]) == 2
-    assert "--max-steps -1" in capsys.readouterr().err
+    assert "argument --max-steps: '-1'" in capsys.readouterr().err
 
 
 def test_help_documents_the_format(capsys):

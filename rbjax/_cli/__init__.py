@@ -7,9 +7,12 @@ user can fix into one message on stderr and an exit code:
 * 0: done; the command found nothing wrong;
 * 1: the command ran and found a problem (``check`` failed a test, a simulation diverged or a
   solver failed, an identification did not converge);
-* 2: the input is wrong (a bad argument, a file that cannot be read, a model rbjax refuses, a
-  missing optional dependency); the message names the argument or field and the fix. rbjax's
-  own checks raise ValueError with a "Fix:"; any other exception is a bug and keeps its
+* 2: the input is wrong (a bad argument, a file that cannot be read or written, a model rbjax
+  refuses, a run too long or too large for this machine, a missing optional dependency): ONE
+  line on stderr, ``rbjax COMMAND: error: ... Fix: ...``, naming the argument or field and
+  the fix. Options are checked when parsed (rbjax/_cli/arguments.py), files and sizes before
+  anything is built or compiled. rbjax's own checks raise ValueError with a "Fix:"; running
+  out of memory anyway is reported the same way; any other exception is a bug and keeps its
   traceback.
 """
 
@@ -22,6 +25,7 @@ import warnings
 import jax
 
 from . import animate, bench, check, identify, plot, simulate
+from .arguments import Parser
 from .common import CliError
 
 COMMANDS = (simulate, check, plot, animate, identify, bench)
@@ -34,7 +38,7 @@ Run 'rbjax COMMAND --help' for the arguments of each command."""
 def parser() -> argparse.ArgumentParser:
     from .. import __version__
 
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="rbjax",
         description="Simulate, check, plot, animate and identify rigid-body mechanisms "
         "(MJCF, URDF or rbjax model files).",
@@ -61,18 +65,31 @@ def main(argv=None) -> int:
     try:
         return int(args.run(args))
     except CliError as exc:
-        print(f"rbjax {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return _error(args.command, str(exc))
     except ValueError as exc:
         if "Fix:" not in str(exc):  # not one of rbjax's input checks: a bug, keep the traceback
             raise
-        print(f"rbjax {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return _error(args.command, str(exc))
+    except Exception as exc:  # XLA's RESOURCE_EXHAUSTED (its type moved between jax versions)
+        if not isinstance(exc, MemoryError) and "RESOURCE_EXHAUSTED" not in str(exc):
+            raise
+        first = (str(exc).strip().splitlines() or ["out of memory"])[0]
+        return _error(
+            args.command,
+            f"ran out of memory ({first}). Fix: ask for less at once: a smaller batch, fewer "
+            "saved states or frames, a shorter run.",
+        )
     except KeyboardInterrupt:
         print(f"rbjax {args.command}: interrupted", file=sys.stderr)
         return 130
     finally:
         warnings.showwarning = shown
+
+
+def _error(command: str, message: str) -> int:
+    """The one line of an input error (a message's own line breaks become spaces); exit 2."""
+    print(f"rbjax {command}: error: {' '.join(message.split())}", file=sys.stderr)
+    return 2
 
 
 def _warning(command):

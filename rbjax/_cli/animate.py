@@ -36,11 +36,24 @@ from tqdm.auto import tqdm
 
 from .._io.mujoco import MujocoSource
 from .._joints import AbstractJoint, Parallel, Perpendicular, RotationDriver
+from .._rollout import _available_memory
 from .._topology import GROUND
 from . import runfile
-from .common import CliError, add_progress, load_model, output_path, pyplot, show_progress
+from .arguments import integer, numbers, real
+from .common import (
+    CliError,
+    add_meshes,
+    add_progress,
+    load_model,
+    output_path,
+    pyplot,
+    show_progress,
+    writing,
+)
 
 MAX_FRAMES = 200
+MAX_DRAWN = 10**4  # frames an animation may have at all (--every 1 of a long run)
+MAX_PIXELS = 10**7  # pixels of one frame: a GIF keeps every frame in memory
 AROUND = 16  # polygons around a round shape
 LIGHT = np.array([-0.4, -0.6, 0.7]) / np.linalg.norm([-0.4, -0.6, 0.7])  # world direction
 GREY = (0.6, 0.6, 0.6, 1.0)
@@ -62,28 +75,50 @@ def add_parser(sub):
     )
     p.add_argument("run_file", metavar="RUN", help="run file written by 'rbjax simulate' (.npz)")
     p.add_argument("--out", required=True, help="animation to write: .gif, or .mp4 (needs ffmpeg)")
-    p.add_argument("--fps", type=float, default=30.0, help="frames per second (default 30)")
+    p.add_argument(
+        "--fps",
+        type=real(
+            "--fps", "a number of frames per second in (0, 1000]", "30", positive=True, maximum=1000
+        ),
+        default=30.0,
+        help="frames per second (default 30)",
+    )
     p.add_argument(
         "--every",
-        type=int,
+        type=integer("--every", "2"),
         default=None,
         metavar="K",
         help=f"draw every K-th saved state (default: real time at --fps, at most {MAX_FRAMES} frames)",
     )
     p.add_argument(
-        "--sample", type=int, default=0, metavar="I", help="which sample of a batch run (default 0)"
+        "--sample",
+        type=integer("--sample", "0", minimum=0),
+        default=0,
+        metavar="I",
+        help="which sample of a batch run (default 0)",
     )
     p.add_argument(
         "--view",
-        default="20,-60",
+        type=numbers("--view", "two numbers ELEV,AZIM [degrees]", "20,-60", count=2),
+        default=(20.0, -60.0),
         metavar="ELEV,AZIM",
         help="camera elevation and azimuth in degrees (default 20,-60; "
         "write --view=-10,30 for a negative elevation)",
     )
     p.add_argument(
-        "--size", default="6,5", metavar="W,H", help="figure size in inches (default 6,5)"
+        "--size",
+        type=numbers("--size", "two positive numbers W,H [inches]", "6,5", count=2, positive=True),
+        default=(6.0, 5.0),
+        metavar="W,H",
+        help="figure size in inches (default 6,5)",
     )
-    p.add_argument("--dpi", type=int, default=100, help="pixels per inch (default 100)")
+    p.add_argument(
+        "--dpi",
+        type=integer("--dpi", "100", minimum=10, maximum=2000),
+        default=100,
+        help="pixels per inch, 10 to 2000 (default 100)",
+    )
+    add_meshes(p)
     add_progress(p)
     p.set_defaults(run=run)
 
@@ -297,22 +332,6 @@ def _plane_grid(plane, lo, hi, lines=9) -> np.ndarray:
 # --- the command ----------------------------------------------------------------------------
 
 
-def _pair(text: str, option: str, names: str, example: str, positive: bool) -> tuple[float, float]:
-    """Two numbers "A,B" of an option, or a CliError naming them."""
-    try:
-        x, y = (float(v) for v in text.split(","))
-    except ValueError:
-        raise CliError(
-            f"{option} {text!r} is not two numbers {names}. Fix: e.g. {option} {example}."
-        ) from None
-    if not (math.isfinite(x) and math.isfinite(y)) or (positive and min(x, y) <= 0):
-        raise CliError(
-            f"{option} {text!r} needs finite{' positive' if positive else ''} numbers. "
-            f"Fix: e.g. {option} {example}."
-        )
-    return x, y
-
-
 def trajectory(run: runfile.Run, model, path: str, model_path: str, sample: int):
     """(t (T,), q (T, nb, 7)) of one sample of the run, checked against the model's bodies."""
     q, t = run["q"], run["t"]
@@ -354,20 +373,32 @@ def run(args) -> int:
             f"--out {out!r}: writing .mp4 needs ffmpeg, which was not found. "
             "Fix: install ffmpeg (e.g. apt install ffmpeg, conda install ffmpeg) or write a .gif."
         )
-    view = _pair(args.view, "--view", "ELEV,AZIM [degrees]", "20,-60", positive=False)
-    size = _pair(args.size, "--size", "W,H [inches]", "6,5", positive=True)
-    if not (args.fps > 0 and math.isfinite(args.fps)) or args.dpi < 1:
+    view, size = args.view, args.size
+    pixels = round(size[0] * args.dpi) * round(size[1] * args.dpi)
+    if pixels > MAX_PIXELS:
         raise CliError(
-            f"--fps {args.fps} / --dpi {args.dpi} must be positive. Fix: e.g. --fps 30 --dpi 100."
+            f"--size {size[0]:g},{size[1]:g} at --dpi {args.dpi} is {pixels:.3g} pixels a frame, "
+            f"more than {MAX_PIXELS:.0e}. Fix: a smaller --size or --dpi, e.g. --size 6,5 --dpi 100."
         )
-    if args.every is not None and args.every < 1:
-        raise CliError(f"--every {args.every} is not a positive count. Fix: e.g. --every 2.")
 
-    loaded = load_model(args.model)
     saved = runfile.read(args.run_file)
+    loaded = load_model(args.model, meshes=args.meshes)
     t, q = trajectory(saved, loaded.model, args.run_file, args.model, args.sample)
     every = args.every or _real_time(t, args.fps)
     frames = np.arange(0, len(t), every)
+    if len(frames) > MAX_DRAWN:
+        raise CliError(
+            f"--every {every} draws {len(frames)} of the {len(t)} saved states, more than "
+            f"{MAX_DRAWN} frames. Fix: --every {math.ceil(len(t) / MAX_FRAMES)} (or leave it "
+            f"out: at most {MAX_FRAMES} frames)."
+        )
+    available = _available_memory(host=True)
+    if gif and available is not None and 4 * pixels * len(frames) > available:
+        raise CliError(  # matplotlib's GIF writer holds every frame (RGBA) until it is done
+            f"{len(frames)} frames of {pixels:.3g} pixels take {4 * pixels * len(frames) / 2**30:.3g} "
+            f"GiB, more than the {available / 2**30:.3g} GiB of memory available now. Fix: a "
+            "larger --every, a smaller --size or --dpi, or an .mp4."
+        )
     scene = build_scene(loaded)
     fig, draw = figure(plt, scene, q[frames], t[frames], view, size, args.dpi)
     writer = (animation.PillowWriter if gif else animation.FFMpegWriter)(fps=args.fps)
@@ -375,7 +406,7 @@ def run(args) -> int:
         range(len(frames)), "animate", unit="frame", disable=not show_progress(args.progress)
     )
     try:
-        with writer.saving(fig, out, args.dpi):  # one draw per frame (FuncAnimation draws two)
+        with writing(out), writer.saving(fig, out, args.dpi):  # one draw a frame, not two
             for i in steps:
                 draw(i)
                 writer.grab_frame()

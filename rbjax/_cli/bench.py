@@ -55,14 +55,27 @@ from .._constraints import GROUND
 from .._io.mujoco import _mujoco
 from .._joints import Revolute
 from .._model import Model
-from .._rollout import rollout
+from .._rollout import _available_memory, rollout
 from .._state import State, make_state
-from .common import INTEGRATORS, CliError, add_progress, load_model, show_progress
+from .arguments import MAX_COUNT, duration, integer, large, real, seed
+from .common import (
+    INTEGRATORS,
+    CliError,
+    add_meshes,
+    add_progress,
+    load_model,
+    show_progress,
+    writable,
+    writing,
+)
 
 DTYPES = {"float64": jnp.float64, "float32": jnp.float32}
 DEFAULT_DT = 1e-3
 QPOS_SPREAD, QVEL_SPREAD = 0.3, 0.5  # uniform ± about the initial state [rad or m, per s]
 MUJOCO_OUTPUT_BYTES = 64 * 2**20  # mujoco.rollout's state output per call (chunks of the batch)
+MAX_STEPS = 10**9  # system-steps of all rollouts of one run, unless --max-steps says otherwise
+RATES = (1e4, 1e6)  # steps/s of rbjax: one system on a CPU core to a large batch on a GPU
+STATE_PEAK = 40  # peak host memory / bytes of the batch's states (q, u): see _sized
 
 COLUMNS = (
     "engine",
@@ -146,10 +159,12 @@ def cast(tree, dtype):
     return jax.tree.map(leaf, tree)
 
 
-def prepare(path: str | None, *, links: int = 2, dtype: str = "float64", dt=None) -> Case:
+def prepare(
+    path: str | None, *, links: int = 2, dtype: str = "float64", dt=None, meshes: bool = True
+) -> Case:
     """The :class:`Case` of a model file (MJCF, URDF, .toml) or, for ``path`` None, the
     built-in chain of ``links`` rods. ``dt`` overrides the file's timestep (default: the
-    file's, else 1e-3)."""
+    file's, else 1e-3); ``meshes=False`` loads an MJCF/URDF without its mesh geoms."""
     source, joints = None, None
     if path is None:
         name = f"chain{links} (built in)"
@@ -157,7 +172,7 @@ def prepare(path: str | None, *, links: int = 2, dtype: str = "float64", dt=None
         step = DEFAULT_DT
     else:
         name = os.path.basename(path)
-        loaded = load_model(path)
+        loaded = load_model(path, meshes=meshes)
         model, state, step, source = loaded.model, loaded.state, loaded.timestep, loaded.source
         if state is None:
             raise CliError(
@@ -514,27 +529,43 @@ def _batches(text: str) -> list[int]:
         values = [int(x) for x in text.split(",")]
     except ValueError:
         values = []
-    if not values or any(v < 1 for v in values):
+    if not values or any(not 1 <= v <= MAX_COUNT for v in values):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a comma-separated list of positive batch sizes. Fix: e.g. "
+            f"{text!r} is not a comma-separated list of batch sizes from 1 to 10^12. Fix: e.g. "
             "--batch 1,64,1024."
         )
     return list(dict.fromkeys(values))
 
 
-def _positive(option: str, example: str):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not a positive whole number. Fix: e.g. {option} {example}."
-            )
-        return value
+def _positive(option: str, example: str, maximum: int = MAX_COUNT):
+    return integer(option, example, maximum=maximum)
 
-    return parse
+
+def _sized(case: Case, batches, steps: int, repeats: int, max_steps: int) -> None:
+    """Refuse, before any state is built, a run of more than ``max_steps`` system-steps
+    (with the time it would take) or a batch whose states cannot fit in the host memory
+    available now: the peak was measured at 33x the bytes of q and u (B = 10^6 chains of 2
+    links, float64, 10 steps, 7.5 GB over the 0.5 GB of a run with B = 1: the random angles,
+    the states, the rollout's RK4 stages and copies) and is taken as :data:`STATE_PEAK` x."""
+    total = sum(batches) * steps * (1 + repeats)
+    if total > max_steps:
+        slow, fast = (duration(total / rate) for rate in RATES)
+        raise CliError(
+            f"--batch {','.join(map(str, batches))} x --steps {steps} x (1 + --repeats "
+            f"{repeats}) is {large(total)} system-steps, more than the {large(max_steps)} of "
+            f"--max-steps: at {large(RATES[0])} to {large(RATES[1])} steps/s it would run {fast} to "
+            f"{slow}. Fix: fewer --steps or --repeats, smaller --batch sizes, or raise "
+            "--max-steps if you mean it."
+        )
+    state = max(batches) * case.bodies * 14 * jnp.dtype(case.dtype).itemsize
+    available = _available_memory(host=True)
+    if available is not None and STATE_PEAK * state > available:
+        raise CliError(
+            f"--batch {max(batches)} of {case.bodies} bodies takes about "
+            f"{STATE_PEAK * state / 2**30:.3g} GiB at its peak ({STATE_PEAK} x the "
+            f"{state / 2**30:.3g} GiB of its states), more than the {available / 2**30:.3g} GiB "
+            "of memory available now. Fix: smaller --batch sizes."
+        )
 
 
 def add_parser(sub):
@@ -567,7 +598,7 @@ def add_parser(sub):
     )
     p.add_argument(
         "--repeats",
-        type=_positive("--repeats", "3"),
+        type=_positive("--repeats", "3", maximum=1000),
         default=3,
         metavar="R",
         help="warm runs per configuration; the median is reported (default 3)",
@@ -581,20 +612,20 @@ def add_parser(sub):
     )
     p.add_argument(
         "--dt",
-        type=float,
+        type=real("--dt", "a positive number of seconds", "1e-3", positive=True),
         default=None,
         help="step [s] (default: the file's timestep, else 1e-3)",
     )
     p.add_argument(
         "--links",
-        type=_positive("--links", "4"),
+        type=_positive("--links", "4", maximum=1000),
         default=None,
         metavar="N",
         help="without MODEL: rods in the built-in chain (default 2)",
     )
     p.add_argument(
         "--batch-chunk",
-        type=int,
+        type=integer("--batch-chunk", "64", minimum=0),
         default=None,
         metavar="N",
         help="rollout's batch_chunk (default: rollout's own choice; 0 disables chunking)",
@@ -606,51 +637,42 @@ def add_parser(sub):
         help="skip the MuJoCo C peer of an MJCF/URDF model",
     )
     p.add_argument(
-        "--seed", type=int, default=0, help="seed of the random initial states (default 0)"
+        "--seed", type=seed(), default=0, help="seed of the random initial states (default 0)"
     )
     p.add_argument("--json", default=None, metavar="FILE", help="write the rows as JSON to FILE")
+    p.add_argument(
+        "--max-steps",
+        type=integer("--max-steps", "10000000000"),
+        default=MAX_STEPS,
+        metavar="N",
+        help="refuse runs of more than N system-steps in all (default 10^9)",
+    )
+    add_meshes(p)
     add_progress(p)
     p.set_defaults(run=run)
 
 
 def json_path(path: str | None) -> str | None:
-    """``--json`` checked before any work: a file name in an existing, writable folder."""
-    if path is None:
-        return None
-    if os.path.isdir(path):
-        raise CliError(
-            f"--json {path!r} is a folder. Fix: give a file name, e.g. --json bench.json."
-        )
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise CliError(
-            f"--json {path!r}: folder {folder!r} does not exist. Fix: create it first or "
-            "write elsewhere."
-        )
-    if not os.access(folder, os.W_OK):
-        raise CliError(f"--json {path!r}: folder {folder!r} is not writable. Fix: write elsewhere.")
-    return path
+    """``--json`` checked before any work: a file that can be written (common.writable)."""
+    return None if path is None else writable(path, "--json", "bench.json")
 
 
 def write_json(path: str, head: dict, rows: list[dict]) -> None:
-    with open(path, "w") as fh:
+    with writing(path, "--json"), open(path, "w") as fh:
         json.dump({"header": head, "rows": rows}, fh, indent=1)
 
 
 def run(args) -> int:
-    out = json_path(args.json)
-    if args.dt is not None and not (args.dt > 0 and np.isfinite(args.dt)):
-        raise CliError(f"--dt {args.dt!r} is not a positive step. Fix: e.g. --dt 1e-3.")
-    if args.batch_chunk is not None and args.batch_chunk < 0:
-        raise CliError(
-            f"--batch-chunk {args.batch_chunk} is negative. Fix: give a size >= 1, or 0 for none."
-        )
+    out = json_path(args.json)  # the numbers are checked when parsed (rbjax/_cli/arguments.py)
     if args.model is not None and args.links is not None:
         raise CliError(
             "--links sets the size of the built-in chain and MODEL was given. Fix: drop --links "
             "or MODEL."
         )
-    case = prepare(args.model, links=args.links or 2, dtype=args.dtype, dt=args.dt)
+    case = prepare(
+        args.model, links=args.links or 2, dtype=args.dtype, dt=args.dt, meshes=args.meshes
+    )
+    _sized(case, args.batch, args.steps, args.repeats, args.max_steps)
     head = header() | {
         "model": case.name,
         "bodies": case.bodies,

@@ -36,7 +36,10 @@ from .._dynamics import accelerations
 from .._results import RESULTS
 from .._rollout import rollout
 from . import quantities
-from .common import CliError, load_model
+from .arguments import integer, real
+from .common import CliError, add_meshes, load_model
+
+MAX_TRIAL = 10**5  # steps of the trial integration, which saves every step: a check, not a run
 
 
 def add_parser(sub):
@@ -50,24 +53,31 @@ def add_parser(sub):
         "model", metavar="MODEL", help="MJCF (.xml), URDF (.urdf) or rbjax model file (.toml)"
     )
     p.add_argument(
-        "--tol", type=float, default=1e-8, help="largest joint residual accepted (default 1e-8)"
+        "--tol",
+        type=real("--tol", "a positive residual", "1e-8", positive=True),
+        default=1e-8,
+        help="largest joint residual accepted (> 0; default 1e-8)",
     )
     p.add_argument(
         "--steps",
-        type=int,
+        type=integer("--steps", "100", minimum=0, maximum=MAX_TRIAL),
         default=100,
-        help="RK4 steps of the trial integration (0: none; default 100)",
+        help=f"RK4 steps of the trial integration (0: none; at most {MAX_TRIAL}; default 100)",
     )
     p.add_argument(
-        "--dt", type=float, default=None, help="trial step [s] (default: the file's, else 1e-3)"
+        "--dt",
+        type=real("--dt", "a positive number of seconds", "1e-3", positive=True),
+        default=None,
+        help="trial step [s] (default: the file's, else 1e-3)",
     )
     p.add_argument(
         "--drift",
-        type=float,
+        type=real("--drift", "a positive residual", "1e-6", positive=True),
         default=1e-6,
-        help="largest joint residual accepted after the trial (default 1e-6)",
+        help="largest joint residual accepted after the trial (> 0; default 1e-6)",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    add_meshes(p)
     p.set_defaults(run=run)
 
 
@@ -164,14 +174,12 @@ def _trial(model, state, dt, steps, drift, failures) -> dict:
 
 
 def run(args) -> int:
-    loaded = load_model(args.model)
+    loaded = load_model(args.model, meshes=args.meshes)
     if loaded.state is None:
         raise CliError(
             f"MODEL {args.model!r} has no initial state to check. Fix: add an [initial] table "
             "to the model file."
         )
-    if args.steps < 0:
-        raise CliError(f"--steps {args.steps} is negative. Fix: 0 (no trial) or a count.")
     dt = args.dt if args.dt is not None else (loaded.timestep or 1e-3)
     if not (dt > 0 and np.isfinite(dt)):
         raise CliError(f"--dt {dt!r} is not a positive step. Fix: e.g. --dt 1e-3.")

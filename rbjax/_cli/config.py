@@ -10,24 +10,29 @@ takes.
 from __future__ import annotations
 
 import math
-import os
 import tomllib
 from typing import NoReturn
 
 import numpy as np
 
-from .common import CliError
+from .common import CliError, input_file
 
 
 def read(path: str, argument: str = "CONFIG") -> dict:
     """The TOML file at ``path`` (the command-line ``argument``) as a dict."""
-    if not os.path.isfile(path):
-        raise CliError(
-            f"{argument} {path!r} does not exist. Fix: give the path of the .toml configuration."
-        )
+    input_file(path, argument, "give the path of the .toml configuration")
+    with open(path, "rb") as fh:
+        raw = fh.read()
     try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise CliError(
+            f"{argument} {path!r} is not UTF-8 text (byte {raw[exc.start]:#04x} on line {line}). "
+            "Fix: save it as UTF-8 (TOML files are UTF-8), or give the .toml configuration."
+        ) from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise CliError(
             f"{argument} {path!r} is not valid TOML ({exc}). Fix: correct the syntax there."

@@ -93,8 +93,8 @@ from typing import Any
 
 import numpy as np
 
-from . import config
-from .common import INTEGRATORS, CliError, load_model, output_path
+from . import arguments, config
+from .common import INTEGRATORS, CliError, add_meshes, load_model, output_path, writing
 from .config import array, fail, integer, number, string, table
 from .coordinates import Coordinates
 from .measured import load_data
@@ -139,7 +139,7 @@ def add_parser(sub):
     p.add_argument("--out", help="write the results as JSON here (overrides the config's out)")
     p.add_argument(
         "--max-steps",
-        type=int,
+        type=arguments.integer("--max-steps", "100", minimum=0, maximum=10**6),
         dest="max_steps",
         help="optimiser steps at most (overrides solver.max_steps; 0 only evaluates the start)",
     )
@@ -148,6 +148,7 @@ def add_parser(sub):
         action="store_true",
         help="print the results as JSON on stdout (the table goes to stderr)",
     )
+    add_meshes(p)
     p.set_defaults(run=run)
 
 
@@ -162,10 +163,10 @@ def _help() -> str:
     )
 
 
-def _load_model(config_dir: str, doc: dict):
+def _load_model(config_dir: str, doc: dict, meshes: bool = True):
     path = os.path.join(config_dir, string("model", doc["model"]))
     try:
-        return load_model(path)
+        return load_model(path, meshes=meshes)
     except CliError as exc:
         raise CliError(f"model: {exc}") from None
     except ValueError as exc:  # the model file's own field-path message
@@ -205,9 +206,7 @@ def _solver(args, doc: dict) -> tuple[str, int, float, float, float, int]:
     max_steps = integer(
         "solver.max_steps", solver_doc.get("max_steps", 100), minimum=0, example="max_steps = 100"
     )
-    if args.max_steps is not None:
-        if args.max_steps < 0:
-            raise CliError(f"--max-steps {args.max_steps} is negative. Fix: give an integer >= 0.")
+    if args.max_steps is not None:  # checked when parsed
         max_steps = args.max_steps
     tol = number("solver.tol", solver_doc.get("tol", 1e-10), example="1e-10")
     xtol = number("solver.xtol", solver_doc.get("xtol", 1e-8), example="1e-8")
@@ -232,7 +231,7 @@ def _out(args, doc: dict, config_dir: str) -> str | None:
         fail("out", f"{doc['out']!r} is not a .json path", 'write e.g. out = "fit.json"')
     if not os.path.isdir(os.path.dirname(out)):
         fail("out", f"the folder of {out!r} does not exist", "create it first")
-    return out
+    return output_path(out, (".json",), "fit results", "out (CONFIG)")
 
 
 def _prepare(args) -> _Problem:
@@ -255,7 +254,7 @@ def _prepare(args) -> _Problem:
         value = state_doc.get(key, {})
         table(f"state.{key}", value, list(value) if isinstance(value, dict) else ())
 
-    loaded = _load_model(config_dir, doc)
+    loaded = _load_model(config_dir, doc, args.meshes)
     model = loaded.model
     if "dt" in doc:
         dt = number("dt", doc["dt"], positive=True, example="0.01")
@@ -442,9 +441,10 @@ def run(args) -> int:
     text = json.dumps(result, indent=2, allow_nan=False)
     if prob.out is not None:
         tmp = f"{prob.out}.part"
-        with open(tmp, "w") as fh:
-            fh.write(text + "\n")
-        os.replace(tmp, prob.out)
+        with writing(prob.out, "--out" if args.out is not None else "out (CONFIG)"):
+            with open(tmp, "w") as fh:
+                fh.write(text + "\n")
+            os.replace(tmp, prob.out)
         print(f"wrote {prob.out}", file=report)
     if args.json:
         print(text)

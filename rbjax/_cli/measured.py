@@ -7,7 +7,6 @@ sample times. Errors name the configuration field (``data``, ``sample``,
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 import numpy as np
@@ -32,22 +31,16 @@ def load_data(config_dir: str, doc: dict) -> Data:
     """The file named by the configuration's ``data`` (relative to ``config_dir``); of a
     batch run file, the run ``sample``."""
     path = os.path.join(config_dir, string("data", doc["data"]))
-    if not os.path.isfile(path):
-        fail(
-            "data",
-            f"{path!r} does not exist",
-            "give the path of an .npz file (a run file of "
-            "'rbjax simulate', or one with an array 't' and the measured arrays)",
-        )
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            arrays = {k: f[k] for k in f.files}
-    except Exception as exc:  # a truncated or foreign file: say what it is not
-        fail("data", f"{path!r} is not a readable .npz file ({exc})", "write it with numpy.savez")
+    arrays = runfile.load_npz(
+        path,
+        "data:",
+        "give the path of an .npz file (a run file of 'rbjax simulate', or one with an array "
+        "'t' and the measured arrays, written with numpy.savez)",
+    )
     batch = None
-    if str(arrays.pop("format", "")) == runfile.FORMAT:
-        meta = json.loads(str(arrays.pop("meta", "{}")))
-        batch = meta.get("batch")
+    fmt = arrays.pop("format", np.asarray(""))
+    if fmt.ndim == 0 and str(fmt) == runfile.FORMAT:
+        batch = runfile.parse_meta(arrays, f"data: {path!r}").get("batch")
     if "t" not in arrays:
         fail(
             "data",
@@ -74,10 +67,15 @@ def load_data(config_dir: str, doc: dict) -> Data:
         k = doc["sample"]
         if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < batch:
             fail("sample", f"is {k!r}", f"give an integer in [0, {batch})")
-        arrays = {
-            key: a[k] if not key.endswith("_names") and a.ndim >= 1 else a
-            for key, a in arrays.items()
-        }
+        per_run = {key: a for key, a in arrays.items() if not key.endswith("_names") and a.ndim}
+        for key, a in per_run.items():
+            if a.shape[0] != batch:
+                fail(
+                    "data",
+                    f"array {key!r} of the batch run file has shape {a.shape}, not ({batch}, ...)",
+                    "write the batch with 'rbjax simulate --batch'",
+                )
+        arrays |= {key: a[k] for key, a in per_run.items()}
     elif "sample" in doc:
         fail("sample", "is given but the data is not a batch run file", "remove it")
     return Data(path, t, arrays)

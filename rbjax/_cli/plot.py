@@ -24,7 +24,8 @@ import argparse
 import numpy as np
 
 from . import runfile
-from .common import CliError, output_path, pyplot
+from .arguments import integer
+from .common import CliError, output_path, pyplot, writing
 
 QUANTITIES = (
     "qpos",
@@ -36,6 +37,12 @@ QUANTITIES = (
     "residual",
     "reactions",
 )
+NEEDS = {  # the arrays each panel draws (qpos, qvel, residual, reactions say more when missing)
+    "energy": ("kinetic_energy", "potential_energy", "total_energy"),
+    "invariants": ("total_energy",),
+    "momentum": ("linear_momentum", "angular_momentum"),
+}
+MAX_PIXELS = 10**8  # 400 MB of RGBA: a larger image is a mistyped --dpi
 
 
 def add_parser(sub):
@@ -51,12 +58,26 @@ def add_parser(sub):
     )
     p.add_argument("--select", default=None, metavar="NAMES", help="comma-separated name filters")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--sample", type=int, default=None, help="the sample of a batch run to draw")
     g.add_argument(
-        "--samples", type=int, default=None, metavar="K", help="draw the first K samples"
+        "--sample",
+        type=integer("--sample", "0", minimum=0),
+        default=None,
+        help="the sample of a batch run to draw",
+    )
+    g.add_argument(
+        "--samples",
+        type=integer("--samples", "10"),
+        default=None,
+        metavar="K",
+        help="draw the first K samples",
     )
     p.add_argument("--out", default="run.png", help="PNG to write (default run.png)")
-    p.add_argument("--dpi", type=int, default=120, help="resolution (default 120)")
+    p.add_argument(
+        "--dpi",
+        type=integer("--dpi", "120", minimum=10, maximum=2000),
+        default=120,
+        help="resolution, 10 to 2000 (default 120)",
+    )
     p.set_defaults(run=run)
 
 
@@ -67,16 +88,23 @@ def _series(run, quantity, select):
         return not select or any(s in name for s in select)
 
     out = []
+    missing = [k for k in NEEDS.get(quantity, ()) if k not in run]
+    if missing:
+        raise CliError(
+            f"--quantity {quantity}: the run file has no {', '.join(missing)}. Fix: plot "
+            "another quantity, or write the run with 'rbjax simulate'."
+        )
     if quantity in ("qpos", "qvel"):
         if quantity not in run:
             raise CliError(
                 f"--quantity {quantity}: the run has no joint coordinates (scalable bodies). "
                 "Fix: plot positions, energy, invariants or residual."
             )
-        names = run.names(f"{quantity}_names")
+        names = run.names(f"{quantity}_names") or _numbered(quantity, run[quantity].shape[-1])
         out = [(n, run[quantity][..., i], "") for i, n in enumerate(names) if keep(n)]
     elif quantity == "positions":
-        for b, name in enumerate(run.names("body_names")):
+        bodies = run.names("body_names") or _numbered("body", run["q"].shape[-2])
+        for b, name in enumerate(bodies):
             if keep(name):
                 out += [(f"{name}.{c}", run["q"][..., b, k], "m") for k, c in enumerate("xyz")]
     elif quantity == "energy":
@@ -110,7 +138,8 @@ def _series(run, quantity, select):
                 "--quantity reactions: the run has no reactions (no joints, or simulated with "
                 "--no-reactions). Fix: simulate again without --no-reactions."
             )
-        for k, name in enumerate(run.names("joint_names")):
+        joints = run.names("joint_names") or _numbered("joint", run["reaction_force"].shape[-2])
+        for k, name in enumerate(joints):
             if keep(name):
                 out.append(
                     (f"{name} |F|", np.linalg.norm(run["reaction_force"][..., k, :], axis=-1), "N")
@@ -129,11 +158,22 @@ def _series(run, quantity, select):
     return out
 
 
+def _numbered(what: str, n: int) -> list[str]:
+    """Labels of a run file's series that it does not name: what[0], what[1], ..."""
+    return [f"{what}[{i}]" for i in range(n)]
+
+
 def run(args) -> int:
-    data = runfile.read(args.run_file)
     output_path(args.out, (".png",), "plot")
+    data = runfile.read(args.run_file)
     select = [s for s in (args.select or "").split(",") if s]
     quantities = args.quantity or ["qpos" if "qpos" in data else "positions", "energy"]
+    width, height = 8 * args.dpi, round(2.6 * len(quantities) * args.dpi)
+    if width * height > MAX_PIXELS:
+        raise CliError(
+            f"--dpi {args.dpi} draws {len(quantities)} panel(s) as a {width} x {height} pixel "
+            f"image, more than {MAX_PIXELS:.0e} pixels. Fix: a lower --dpi, e.g. --dpi 120."
+        )
     t = data["t"]
     if data.batch:
         if args.samples is not None:
@@ -184,7 +224,10 @@ def run(args) -> int:
         title += f" (sample {pick})" if isinstance(pick, int) else f" ({args.samples} samples)"
     fig.suptitle(title, fontsize="medium")
     fig.tight_layout()
-    fig.savefig(args.out, dpi=args.dpi)
-    plt.close(fig)
+    try:
+        with writing(args.out):
+            fig.savefig(args.out, dpi=args.dpi)
+    finally:
+        plt.close(fig)
     print(f"wrote {args.out}")
     return 0

@@ -23,6 +23,8 @@ for a batch (``--batch N``); T saved times, nb bodies, nj joints:
 * for a batch, ``perturb_<name>`` (B, ...) the perturbation each sample received.
 
 ``write_csv`` flattens the scalar-per-time quantities to one row per (sample,) time.
+``read`` checks what it reads (an .npz of this format, ``meta`` a JSON table, ``t`` and ``q``
+present, every array above the shape this list gives it) and names what is wrong.
 """
 
 from __future__ import annotations
@@ -30,12 +32,29 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from typing import NoReturn
 
 import numpy as np
 
-from .common import CliError
+from .common import CliError, input_file
 
 FORMAT = "rbjax-run 1"
+SERIES = {  # arrays per saved time: name -> the trailing shape after (B,) T, by dimension name
+    "u": ("nb", 7),
+    "qpos": ("nq",),
+    "qvel": ("nv",),
+    "kinetic_energy": (),
+    "potential_energy": (),
+    "total_energy": (),
+    "linear_momentum": (3,),
+    "angular_momentum": (3,),
+    "position_residual": (),
+    "velocity_residual": (),
+    "reaction_force": ("nj", 3),
+    "reaction_torque": ("nj", 3),
+    "lam": ("m",),
+}
+NAMES = {"body_names": "nb", "joint_names": "nj", "qpos_names": "nq", "qvel_names": "nv"}
 CSV_SERIES = (
     "kinetic_energy",
     "potential_energy",
@@ -73,31 +92,113 @@ def write(path: str, arrays: dict[str, np.ndarray], meta: dict) -> None:
     data["format"] = np.asarray(FORMAT)
     data["meta"] = np.asarray(json.dumps(meta, sort_keys=True))
     tmp = f"{path}.part.npz"
-    np.savez_compressed(tmp, **data)
-    os.replace(tmp, path)
+    try:
+        np.savez_compressed(tmp, **data)
+        os.replace(tmp, path)
+    finally:  # a full disk leaves no partial file behind
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def load_npz(path: str, argument: str, fix: str) -> dict[str, np.ndarray]:
+    """Every array of the .npz file at ``path`` (no pickles), or a CliError naming
+    ``argument`` and saying what the file is instead."""
+    input_file(path, argument, fix)
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic not in (b"PK\x03\x04", b"PK\x05\x06"):  # a zip archive: a file, or empty
+        kind = "an empty file" if not magic else "not an .npz file (a NumPy zip archive)"
+        raise CliError(f"{argument} {path!r} is {kind}. Fix: {fix}.")
+    try:  # the file opened here, so that it is closed whatever np.load makes of it
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as f:
+            return {k: f[k] for k in f.files}
+    except Exception as exc:  # noqa: BLE001 - a truncated archive, pickled objects, ...
+        why = " ".join(str(exc).split("If you trust")[0].split()) or type(exc).__name__
+        raise CliError(
+            f"{argument} {path!r} is not a readable .npz file ({why}). Fix: {fix}."
+        ) from None
+
+
+def parse_meta(arrays: dict[str, np.ndarray], what: str) -> dict:
+    """The run file's ``meta`` (a JSON table) taken out of ``arrays``; ``batch`` None or a
+    positive whole number. ``what`` names the file in the messages."""
+    fix = "write the run file with 'rbjax simulate'"
+    if "meta" not in arrays:
+        raise CliError(f"{what} has no array 'meta'. Fix: {fix}.")
+    raw = arrays.pop("meta")
+    try:
+        meta = json.loads(str(raw)) if raw.ndim == 0 and raw.dtype.kind in "US" else None
+    except ValueError:
+        meta = None
+    if not isinstance(meta, dict):
+        raise CliError(f"{what}: 'meta' is not a JSON table (the run's settings). Fix: {fix}.")
+    batch = meta.get("batch")
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+        raise CliError(f"{what}: meta 'batch' is {batch!r}, not null or a count. Fix: {fix}.")
+    return meta
 
 
 def read(path: str) -> Run:
-    """Read a run file, or raise CliError saying why it is not one."""
-    if not os.path.isfile(path):
-        raise CliError(
-            f"RUN {path!r} does not exist. Fix: write one with 'rbjax simulate MODEL --out {path}'."
-        )
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            arrays = {k: f[k] for k in f.files}
-    except Exception as exc:  # a truncated or foreign file: say what it is not
-        raise CliError(
-            f"RUN {path!r} is not a readable .npz file ({exc}). Fix: write it with 'rbjax simulate'."
-        ) from None
-    fmt = str(arrays.pop("format", ""))
+    """Read a run file, or raise CliError saying why it is not one (module docstring)."""
+    name = path if path.lower().endswith(".npz") else "run.npz"
+    fix = f"give a run file written by 'rbjax simulate MODEL --out {name}'"
+    arrays = load_npz(path, "RUN", fix)
+    fmt = arrays.pop("format", np.asarray(""))
+    fmt = str(fmt) if fmt.ndim == 0 else ""
     if fmt != FORMAT:
         raise CliError(
             f"RUN {path!r} has format {fmt or '(none)'!r}, expected {FORMAT!r}. Fix: write it with "
             "'rbjax simulate ... --out run.npz'."
         )
-    meta = json.loads(str(arrays.pop("meta")))
-    return Run(arrays, meta)
+    run = Run(arrays, parse_meta(arrays, f"RUN {path!r}"))
+    _check_shapes(run, f"RUN {path!r}", fix)
+    return run
+
+
+def _check_shapes(run: Run, what: str, fix: str) -> None:
+    """``t`` (T,) finite and increasing and ``q`` ([B,] T, nb, 7) present, B the meta's
+    batch; every other array of the format numbers of its documented shape (module
+    docstring), the names text, one per body, joint or coordinate of the arrays."""
+
+    def wrong(name: str, problem: str) -> NoReturn:
+        raise CliError(f"{what}: array {name!r} {problem}. Fix: {fix}.")
+
+    for name in ("t", "q"):
+        if name not in run:
+            wrong(name, "is missing")
+    lead = () if run.batch is None else (run.batch,)
+    t = run["t"]
+    if t.ndim != 1 or t.size < 1 or t.dtype.kind not in "fiu" or not np.all(np.isfinite(t)):
+        wrong("t", f"has shape {t.shape} and type {t.dtype}: not T finite times")
+    if t.size > 1 and np.any(np.diff(t) <= 0):
+        wrong("t", "is not increasing")
+    q, want = run["q"], (*lead, t.size)
+    if q.dtype.kind not in "fiu" or q.shape[:-2] != want or q.ndim != len(want) + 2:
+        wrong("q", f"has shape {q.shape}, not ({'B, ' * bool(lead)}T, nb, 7) with {want}")
+    if q.shape[-1] != 7:
+        wrong("q", f"has shape {q.shape}, not ({'B, ' * bool(lead)}T, nb, 7)")
+    dims: dict[str, int] = {"nb": q.shape[-2]}
+    for name, dim in NAMES.items():
+        if name in run:
+            names = run[name]
+            if names.ndim != 1 or names.dtype.kind not in "US":
+                wrong(name, f"has shape {names.shape} and type {names.dtype}, not a list of names")
+            if dims.setdefault(dim, names.size) != names.size:
+                wrong(name, f"has {names.size} names, the run {dims[dim]} ({dim})")
+    for name, tail in SERIES.items():
+        if name not in run:
+            continue
+        a = run[name]
+        ok = a.dtype.kind in "fiu" and a.shape[: len(want)] == want
+        ok = ok and a.ndim == len(want) + len(tail)
+        for size, d in zip(a.shape[len(want) :], tail, strict=True) if ok else ():
+            ok = ok and (size == d if isinstance(d, int) else dims.setdefault(d, size) == size)
+        if not ok:
+            parts = ", ".join(["B"] * bool(lead) + ["T"] + [str(d) for d in tail])
+            wrong(name, f"has shape {a.shape} and type {a.dtype}, not ({parts})")
+    for name in ("result", "failed_step"):
+        if name in run and (run[name].shape != lead or run[name].dtype.kind not in "iu"):
+            wrong(name, f"has shape {run[name].shape}, not one integer per system {lead}")
 
 
 def write_csv(path: str, run: Run) -> None:

@@ -14,11 +14,17 @@ at once, each perturbed independently (``--perturb NAME=SIZE``, Gaussian, seeded
 Loops are put back onto their closures by :func:`rbjax.assemble` after perturbing. The time
 span is integrated in about 20 segments with the same compiled program, so a progress bar
 can follow; the first segment's time includes the compilation, reported separately.
+
+Before anything is built, the run is sized: more than ``--max-steps`` system-steps (batch x
+steps, default 10^9) is refused with an estimate of the time it would take, and so is a run
+whose arrays would not fit in the memory available now (the peak is measured at 7-7.5 times
+the run file's arrays). The output files are checked writable first.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
 import equinox as eqx
@@ -30,16 +36,19 @@ from .. import __version__
 from .._analysis.assembly import assemble
 from .._analysis.checks import check_mechanism_state
 from .._results import RESULTS
-from .._rollout import Trajectory, rollout
+from .._rollout import Trajectory, _available_memory, rollout
 from . import quantities, runfile
+from .arguments import duration, integer, large, numbers, real, seed
 from .common import (
     INTEGRATORS,
     CliError,
+    add_meshes,
     add_progress,
     key_values,
     load_model,
     output_path,
     show_progress,
+    writing,
 )
 
 PERTURB = {
@@ -48,6 +57,12 @@ PERTURB = {
     "mass": "relative sd of every body's mass and inertia",
 }
 MAX_SAVES = 1000
+MAX_STEPS = 10**9  # system-steps (batch x steps) of one run, unless --max-steps says otherwise
+RATES = (1e4, 1e6)  # steps/s: one small mechanism on a CPU core (measured 7e3 for a double
+# pendulum on the 2-core development machine) to a large batch on a GPU
+PEAK = 8.0  # peak memory / the run file's arrays: measured 7.1 (1 body, B = 2000) and 7.4
+# (2 bodies, B = 1000) on CPU, 1001 saved states: the segments, their concatenation, the
+# derived quantities (vmapped over every saved state) and the compressed writer
 
 
 def add_parser(sub):
@@ -61,21 +76,32 @@ def add_parser(sub):
         "model", metavar="MODEL", help="MJCF (.xml), URDF (.urdf) or rbjax model file (.toml)"
     )
     p.add_argument(
-        "--t", type=float, default=1.0, metavar="SECONDS", help="time span (default 1 s)"
+        "--t",
+        type=real("--t", "a positive number of seconds", "2", positive=True),
+        default=1.0,
+        metavar="SECONDS",
+        help="time span (default 1 s)",
     )
     p.add_argument(
-        "--dt", type=float, default=None, help="step [s] (default: the file's timestep, else 1e-3)"
+        "--dt",
+        type=real("--dt", "a positive number of seconds", "1e-3", positive=True),
+        default=None,
+        help="step [s] (default: the file's timestep, else 1e-3)",
     )
     p.add_argument("--integrator", choices=sorted(INTEGRATORS), default="rk4", help="default rk4")
     p.add_argument(
         "--save-every",
-        type=int,
+        type=integer("--save-every", "10"),
         default=None,
         metavar="K",
         help=f"save every K-th step (must divide the steps; default: at most {MAX_SAVES} saves)",
     )
     p.add_argument(
-        "--batch", type=int, default=None, metavar="N", help="integrate N perturbed copies"
+        "--batch",
+        type=integer("--batch", "100"),
+        default=None,
+        metavar="N",
+        help="integrate N perturbed copies",
     )
     p.add_argument(
         "--perturb",
@@ -86,10 +112,11 @@ def add_parser(sub):
         + " (repeatable)",
     )
     p.add_argument(
-        "--seed", type=int, default=0, help="random seed of the perturbations (default 0)"
+        "--seed", type=seed(), default=0, help="random seed of the perturbations (default 0)"
     )
     p.add_argument(
         "--ctrl",
+        type=numbers("--ctrl", "a comma-separated list of numbers", "0.5,0"),
         default=None,
         metavar="C1,C2,...",
         help="constant actuator controls in MuJoCo's ctrl order (MJCF/URDF models)",
@@ -104,23 +131,47 @@ def add_parser(sub):
         action="store_false",
         help="do not compute joint reactions (saves memory on long batches)",
     )
+    p.add_argument(
+        "--max-steps",
+        type=integer("--max-steps", "10000000000"),
+        default=MAX_STEPS,
+        metavar="N",
+        help="refuse runs of more than N system-steps, batch x steps (default 10^9: hours)",
+    )
+    add_meshes(p)
     add_progress(p)
     p.set_defaults(run=run)
 
 
-def _steps(t_span: float, dt: float, save_every: int | None) -> tuple[int, int]:
-    if not (dt > 0 and np.isfinite(dt)):
+def _steps(
+    t_span: float, dt: float, save_every: int | None, systems: int = 1, max_steps: int = MAX_STEPS
+) -> tuple[int, int]:
+    """(steps, save_every): the span in whole steps, refused past ``max_steps`` system-steps
+    before any search; the default stride the smallest divisor of the steps that keeps at
+    most MAX_SAVES saves."""
+    if not (dt > 0 and np.isfinite(dt)):  # a file's timestep (--dt is checked when parsed)
         raise CliError(f"--dt {dt!r} is not a positive step. Fix: e.g. --dt 1e-3.")
-    if not (t_span > 0 and np.isfinite(t_span)):
-        raise CliError(f"--t {t_span!r} is not a positive time span. Fix: e.g. --t 2.")
-    n = round(t_span / dt)
+    ratio = t_span / dt
+    if not ratio * systems <= max_steps:  # inf and nan too
+        total = ratio * systems
+        of = "" if systems == 1 else f" of {systems} systems"
+        slow, fast = (duration(total / rate) for rate in RATES)
+        raise CliError(
+            f"--t {t_span:g} s in steps of {dt:g} s is {large(ratio)} steps{of}, more than the "
+            f"{large(max_steps)} system-steps of --max-steps: at {large(RATES[0])} to "
+            f"{large(RATES[1])} steps/s (a small mechanism on one CPU core, a large batch on a "
+            f"GPU) it would run {fast} to {slow}. Fix: a larger --dt or a shorter --t"
+            + (", a smaller --batch" if systems > 1 else "")
+            + ", or raise --max-steps if you mean it."
+        )
+    n = round(ratio)
     if n < 1 or abs(n * dt - t_span) > 1e-9 * max(1.0, t_span):
         raise CliError(
             f"--t {t_span:g} is not a whole number of steps of --dt {dt:g} ({t_span / dt:.6g}). "
             f"Fix: choose --t as a multiple of --dt, e.g. --t {max(n, 1) * dt:g}."
         )
     if save_every is None:
-        save_every = min(d for d in range(1, n + 1) if n % d == 0 and n // d <= MAX_SAVES)
+        save_every = min(d for d in _divisors(n) if n // d <= MAX_SAVES)
     elif save_every < 1 or n % save_every:
         raise CliError(
             f"--save-every {save_every} does not divide the {n} steps. Fix: use a divisor of {n}."
@@ -128,21 +179,40 @@ def _steps(t_span: float, dt: float, save_every: int | None) -> tuple[int, int]:
     return n, save_every
 
 
+def _divisors(n: int) -> list[int]:
+    """The divisors of ``n`` in ascending order, by trial division up to √n (10^6 trials at
+    the largest step count --max-steps admits)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
 def _segments(n_saves: int) -> int:
     """The divisor of the number of saves closest to 20: equal segments, one compilation."""
-    divisors = [d for d in range(1, n_saves + 1) if n_saves % d == 0]
-    return min(divisors, key=lambda d: abs(d - 20))
+    return min(_divisors(n_saves), key=lambda d: abs(d - 20))
 
 
-def _controls(text):
-    if text is None:
-        return None
-    try:
-        return np.array([float(x) for x in text.split(",")])
-    except ValueError:
-        raise CliError(
-            f"--ctrl {text!r} is not a comma-separated list of numbers. Fix: e.g. --ctrl 0.5,0."
-        ) from None
+def _memory(model, systems: int, saves: int, multipliers: bool, save_every: int) -> int:
+    """The bytes of the run's arrays, counted from the model's size before anything is
+    built: per saved state and system t, q and u (14 nb + 1), the multipliers (nb + joint
+    rows), energies, momenta, residuals (11), joint coordinates (nq + nv) and reactions (6 per
+    joint). A CliError when about :data:`PEAK` times that, the peak, exceeds the host memory
+    available now."""
+    js = quantities.joint_space(model)
+    per = 14 * model.nb + 12 + (js.nq + js.nv if js is not None else 0)
+    if multipliers:
+        per += model.nb + sum(model.joint_rows) + 6 * len(model.joints)
+    arrays = systems * saves * per * 8
+    available = _available_memory(host=True)
+    if available is None or PEAK * arrays <= available:
+        return arrays
+    gib = 2.0**30
+    raise CliError(
+        f"{systems} system(s) x {saves} saved states x {per} numbers are {arrays / gib:.3g} GiB "
+        f"of arrays, about {PEAK * arrays / gib:.3g} GiB at the peak, more than the "
+        f"{available / gib:.3g} GiB of memory available now. Fix: a smaller --batch, fewer saved "
+        f"states (--save-every K, now {save_every}), --no-reactions, or statistics without "
+        "trajectories from Python (rbjax.monte_carlo)."
+    )
 
 
 def _initial(loaded, args, perturb):
@@ -160,8 +230,6 @@ def _initial(loaded, args, perturb):
                 "--perturb needs --batch N (how many perturbed copies). Fix: add e.g. --batch 100."
             )
         return model, state, {}
-    if args.batch < 1:
-        raise CliError(f"--batch {args.batch} is not a positive count. Fix: e.g. --batch 100.")
     n = args.batch
     keys = jax.random.split(jax.random.key(args.seed), 3)
     record = {}
@@ -316,14 +384,16 @@ def run(args) -> int:
     if args.csv is not None:
         if not args.csv.lower().endswith(".csv"):
             raise CliError(f"--csv {args.csv!r} does not end in .csv. Fix: e.g. --csv run.csv.")
-        output_path(args.csv, (".csv",), "table")
-    control = _controls(args.ctrl)
-    loaded = load_model(args.model, control=control)
+        output_path(args.csv, (".csv",), "table", "--csv")
+    control = None if args.ctrl is None else np.asarray(args.ctrl)
+    loaded = load_model(args.model, control=control, meshes=args.meshes)
     dt = args.dt if args.dt is not None else (loaded.timestep or 1e-3)
-    n_steps, save_every = _steps(args.t, dt, args.save_every)
+    systems = 1 if args.batch is None else args.batch
+    n_steps, save_every = _steps(args.t, dt, args.save_every, systems, args.max_steps)
+    multipliers = bool(args.reactions and loaded.model.joints)
+    _memory(loaded.model, systems, n_steps // save_every + 1, multipliers, save_every)
     model, state, record = _initial(loaded, args, perturb)
     integrator = INTEGRATORS[args.integrator]()
-    multipliers = bool(args.reactions and model.joints)
     arrays, result, failed, times = _integrate(
         model, state, dt, n_steps, save_every, integrator, multipliers, show_progress(args.progress)
     )
@@ -360,9 +430,11 @@ def run(args) -> int:
         "device": str(jax.devices()[0].device_kind),
         "dtype": str(arrays["q"].dtype),
     }
-    runfile.write(args.out, arrays, meta)
+    with writing(args.out):
+        runfile.write(args.out, arrays, meta)
     if args.csv is not None:
-        runfile.write_csv(args.csv, runfile.read(args.out))
+        with writing(args.csv, "--csv"):
+            runfile.write_csv(args.csv, runfile.read(args.out))
     return _report(args, model, arrays, meta, result, failed)
 
 
