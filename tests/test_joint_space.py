@@ -145,3 +145,56 @@ def test_velocities_of_a_model_with_a_driver():
     js = rbjax.JointSpace(loaded.model)
     assert js.loops == ("motor",)
     np.testing.assert_allclose(js.velocities(loaded.state), [np.pi, -np.pi], atol=1e-12)
+
+
+def test_parents_and_origins_give_another_descriptions_coordinates():
+    """JointSpace(parents=..., origins=...) (what Loaded.joint_space() passes for MuJoCo's
+    qpos): coordinates in body order on the given tree, the other joints loops; a free body's
+    position is the world position r + R ō of its origins point and its velocity
+    v + ω × R ō (closed form), both ways; wrong options refused by name."""
+    bodies = [rbjax.Body(1.0 + k, np.diag([0.02, 0.03, 0.025]), name=f"b{k}") for k in range(2)]
+    q = np.zeros((2, 7))
+    q[:, 3] = 1.0
+    q[:, 0:3] = [[0.0, 0.0, 1.0], [0.3, 0.0, 1.0]]
+    y = [0.0, 1.0, 0.0]
+    joints = [
+        rbjax.Revolute.at(q, 0, 1, point=[0.15, 0.0, 1.0], axis=y, name="hinge"),
+        rbjax.Spherical.at(q, G, 1, point=[0.45, 0.0, 1.0], name="hook"),
+        rbjax.Revolute.at(q, 1, 0, point=[0.15, 0.0, 1.0], axis=y, name="again"),
+    ]
+    model = rbjax.Model(bodies, joints=joints)
+    default = rbjax.JointSpace(model)
+    assert default.free == () and default.loops == ("hinge",)  # grown from the ground
+    origins = np.array([[0.05, -0.02, 0.1], [0.0, 0.0, 0.0]])
+    js = rbjax.JointSpace(model, parents=(None, "hinge"), origins=origins)
+    assert [c[1] for c in js.coordinates] == ["free", "revolute"] and js.parents == (None, 0)
+    assert js.loops == ("hook", "again") and (js.nq, js.nv) == (8, 7)
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=4)
+    a /= np.linalg.norm(a)
+    qpos = jnp.asarray(np.r_[0.2, -0.1, 0.9, a, 0.3])
+    qvel = jnp.asarray(rng.uniform(-1.0, 1.0, 7))
+
+    @jax.jit
+    def both(qpos, qvel):
+        st = js.state(qpos, qvel)
+        return st, js.positions(st), js.velocities(st)
+
+    st, qp, qv = both(qpos, qvel)
+    np.testing.assert_allclose(qp, qpos, atol=1e-14)
+    np.testing.assert_allclose(qv, qvel, atol=1e-14)
+    rot = np.asarray(rbjax.quaternion.to_matrix(jnp.asarray(a)))
+    lever = rot @ origins[0]
+    np.testing.assert_allclose(st.q[0, 0:3], qpos[0:3] - lever, atol=1e-14)  # r = p − R ō
+    omega_world = rot @ np.asarray(qvel[3:6])
+    np.testing.assert_allclose(st.u[0, 0:3], qvel[0:3] - np.cross(omega_world, lever), atol=1e-14)
+    for kwargs, match in (
+        ({"parents": (None,)}, r"parents has 1 entries; the model has 2 bodies"),
+        ({"parents": (None, "nope")}, r"parents\[1\] = 'nope' is not a joint"),
+        ({"parents": ("hook", None)}, r"joint 'hook', which does not connect body 'b0'"),
+        ({"parents": (None, 0, 1)}, r"parents has 3 entries"),
+        ({"parents": (0, 2)}, r"form a cycle"),
+        ({"parents": (None, 0), "origins": [0.0, 0.0, 0.0]}, r"origins has shape \(3,\)"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            rbjax.JointSpace(model, **kwargs)

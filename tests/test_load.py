@@ -70,7 +70,7 @@ def _side_by_side(path, qpos, qvel, ctrl=None, dt=1e-3, t_end=1.0, every=100):
     q, u = np.asarray(traj.q), np.asarray(traj.u)
     ref_q, ref_u, ref_joint = np.array(ref_q), np.array(ref_u), np.array(ref_joint)
     assert q.shape == ref_q.shape
-    js = rbjax.JointSpace(loaded.model)
+    js = loaded.joint_space()  # MuJoCo's qpos exactly (a free joint: the body frame's origin)
     states = rbjax.State(t=traj.t, q=traj.q, u=traj.u)
     joint = np.asarray(jax.jit(jax.vmap(js.positions))(states))
     # ball/free quaternions: equal up to sign
@@ -85,6 +85,12 @@ def _side_by_side(path, qpos, qvel, ctrl=None, dt=1e-3, t_end=1.0, every=100):
         elif jm.type == "ball":
             joint_err = max(
                 joint_err, _quat_equal_up_to_sign(joint[:, a : a + 4], ref_joint[:, a : a + 4])
+            )
+        else:  # free: the origin's position and the quaternion
+            joint_err = max(
+                joint_err,
+                np.abs(joint[:, a : a + 3] - ref_joint[:, a : a + 3]).max(),
+                _quat_equal_up_to_sign(joint[:, a + 3 : a + 7], ref_joint[:, a + 3 : a + 7]),
             )
     return {
         "position": np.abs(q[..., 0:3] - ref_q[..., 0:3]).max(),
@@ -223,8 +229,9 @@ def test_composite_bodies_and_state_map_conserve_momentum_and_mass():
 
 
 # every joint kind rbjax maps, in one small tree: a free base (centre of mass at its origin,
-# as MuJoCo's free-joint velocity is the origin's), a two-hinge universal waist, a ball
-# shoulder on a rotated body, a hinge elbow, and a slide under the free base
+# so that the default JointSpace's coordinates are MuJoCo's; an offset one is in
+# test_reliability_import.py), a two-hinge universal waist, a ball shoulder on a rotated
+# body, a hinge elbow, and a slide under the free base
 TREE = """
 <mujoco>
   <option><flag contact="disable"/></option>
@@ -423,9 +430,9 @@ def test_bad_arguments_raise_naming_the_fix(tmp_path):
     )
     with pytest.raises(ValueError, match="MuJoCo cannot compile"):
         rbjax.load(tmp_path / "broken.xml")
-    with pytest.raises(ValueError, match=r"qpos has shape \(3,\).*size 2"):
+    with pytest.raises(ValueError, match=r"qpos = .* has shape \(3,\).*size 2"):
         rbjax.load(MODELS / "double_pendulum.xml", qpos=[0.0, 0.0, 0.0])
-    with pytest.raises(ValueError, match="is not 2 finite numbers"):
+    with pytest.raises(ValueError, match=r"control = \[1.\] has shape \(1,\), not \(2,\)"):
         rbjax.load(MODELS / "cart_pole.xml", control=[1.0])
     with pytest.raises(ValueError, match="is not a policy"):
         rbjax.load(MODELS / "cart_pole.xml", unsupported="ignore")

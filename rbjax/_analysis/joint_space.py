@@ -19,8 +19,13 @@ Cylindrical      (θ, x)                             (θ̇, ẋ)
 Universal        θ₁ about z_i, θ₂ about z_j         (θ̇₁, θ̇₂)
 Spherical        Q (4, scalar first)                w = ω_rel in frame j (3)
 Fixed            none                               none
-free body        (r, A) of the state (7)            (v, ω) of the state (6)
+free body        (r + R ō, A) (7)                   (v + ω × R ō world, ω body axes) (6)
 ===============  =================================  ==========================================
+
+with (r, A) the body's centre of mass and attitude, (v, ω) their rates (v world, ω body axes),
+and ō the body's ``origins`` point (body axes, from the centre of mass; default 0): MuJoCo's
+free joint has the body frame's origin as its position and that origin's world velocity as its
+velocity (``mj_jac`` at the origin), which a loaded file's ``Loaded.joint_space()`` uses.
 
 Angles are principal values in (−π, π]: a hinge's winding number is not in the maximal state.
 The reverse map (:meth:`JointSpace.state`) is forward kinematics along the tree,
@@ -145,79 +150,87 @@ class JointSpace(eqx.Module):
     """Joint coordinates of ``model`` (module docstring): a spanning tree of its joints.
 
     ``coordinates``: one entry (name, kind, nq, nv) per free body (kind "free") and per tree
-    joint, in that order (free bodies in body order, then joints in ``model.joints`` order);
-    ``loops``: the names of the joints that close loops (not coordinates). ``nq``, ``nv``:
-    total sizes. Methods work on ONE system (vmap for batches):
+    joint; ``loops``: the names of the joints that close loops (not coordinates). ``nq``,
+    ``nv``: total sizes. By default the tree is found from the joints (in ``model.joints``
+    order) and the coordinates are the free bodies' (in body order), then the tree joints' (in
+    ``model.joints`` order). Two options give another robot description's coordinates (the
+    ones a loaded MJCF/URDF file gets from ``Loaded.joint_space()``, which are MuJoCo's
+    ``qpos``/``qvel`` exactly):
+
+    * ``parents`` (nb,): per body, the joint (index in ``model.joints`` or name) that places it
+      on the tree, or None for a free body; the coordinates are then in body order (each
+      body's free or joint coordinates), and every other joint closes a loop;
+    * ``origins`` (nb, 3): per body, the point (body axes, from the centre of mass) whose
+      world position is a free body's position coordinate and whose world velocity is its
+      velocity coordinate (MuJoCo: the body frame's origin); default the centre of mass.
+
+    Methods work on ONE system (vmap for batches):
 
     * :meth:`positions` / :meth:`velocities`: (nq,), (nv,) from a :class:`rbjax.State`;
     * :meth:`state`: the State of joint positions and velocities (forward kinematics);
-    * :meth:`point`, :meth:`jacobian`: world position of a body point and its geometric
-      Jacobian (6, nv) = (linear; angular), world frame;
+    * :meth:`point`, :meth:`jacobian`: world position of a body point (body axes, from the
+      centre of mass) and its geometric Jacobian (6, nv) = (linear; angular), world frame;
     * :meth:`mass_matrix` (nv, nv), :meth:`bias` (nv,) and :meth:`inverse_dynamics`.
     """
 
     model: Any
+    origins: Any  # (nb, 3) or None (the centres of mass)
     order: tuple = eqx.field(static=True)  # ((joint k, parent, child, reversed), ...) topological
     free: tuple[int, ...] = eqx.field(static=True)
     coordinates: tuple = eqx.field(static=True)
     loops: tuple[str, ...] = eqx.field(static=True)
+    parents: tuple = eqx.field(static=True)  # per body: its tree joint, or None (free)
     _offsets: tuple = eqx.field(static=True)
 
-    def __init__(self, model):
+    def __init__(self, model, *, parents=None, origins=None):
         if any(model.scalable):
             raise ValueError(
                 f"JointSpace: bodies {[n for n, s in zip(model.names, model.scalable, strict=True) if s]} "
                 "are scalable. Fix: joint coordinates are defined for rigid bodies only."
             )
         nb = model.nb
-        known = {GROUND}
-        order, free = [], []
-        used = set()
-        pending = list(range(nb))
-        pairs = model.topology.joint_bodies
-
-        def grow():
-            changed = True
-            while changed:
-                changed = False
-                for k, (joint, (i, j)) in enumerate(zip(model.joints, pairs, strict=True)):
-                    if k in used or type(joint) not in _KINDS:
-                        continue
-                    if i in known and j not in known:
-                        order.append((k, i, j, False))
-                    elif j in known and i not in known:
-                        order.append((k, j, i, True))
-                    else:
-                        continue
-                    used.add(k)
-                    known.add(order[-1][2])
-                    changed = True
-
-        grow()
-        for b in pending:
-            if b not in known:
-                free.append(b)
-                known.add(b)
-                grow()
+        if parents is None:
+            order, free = _spanning_tree(model)
+            parent_of = {c: k for k, _, c, _ in order}
+            blocks = [("body", b) for b in free] + [
+                ("joint", k) for k in sorted(parent_of.values())
+            ]
+        else:
+            parent_of = _given_parents(model, parents)
+            free = [b for b in range(nb) if parent_of.get(b) is None]
+            order = _tree_order(model, parent_of)
+            blocks = [("body", b) if b in free else ("joint", parent_of[b]) for b in range(nb)]
+        if origins is not None:
+            origins = jnp.asarray(origins)
+            if origins.shape != (nb, 3) or not jnp.issubdtype(origins.dtype, jnp.floating):
+                raise ValueError(
+                    f"JointSpace: origins has shape {origins.shape} ({origins.dtype}). Fix: give "
+                    f"one point per body, (nb, 3) = ({nb}, 3) floats, body axes from the centre "
+                    "of mass (or None: the centres of mass)."
+                )
+            if is_concrete(origins) and not np.all(np.isfinite(np.asarray(origins))):
+                raise ValueError(
+                    "JointSpace: origins has non-finite values. Fix: give finite points."
+                )
         self.model = model
+        self.origins = origins
         self.order = tuple(order)
         self.free = tuple(free)
-        coords = [(model.names[b], "free", 7, 6) for b in free]
-        by_joint = {k: (k, p, c, r) for k, p, c, r in order}
-        for k in sorted(by_joint):
-            kind, nq, nv = _KINDS[type(model.joints[k])]
-            coords.append((model.joint_names[k], kind, nq, nv))
+        self.parents = tuple(parent_of.get(b) for b in range(nb))
+        used = {k for k, *_ in order}
+        coords, offs, q0, v0 = [], [], 0, 0
+        for key in blocks:
+            if key[0] == "body":
+                name, kind, nq, nv = model.names[key[1]], "free", 7, 6
+            else:
+                kind, nq, nv = _KINDS[type(model.joints[key[1]])]
+                name = model.joint_names[key[1]]
+            coords.append((name, kind, nq, nv))
+            offs.append((key, (q0, v0)))
+            q0, v0 = q0 + nq, v0 + nv
         self.coordinates = tuple(coords)
         self.loops = tuple(n for k, n in enumerate(model.joint_names) if k not in used)
-        offs, q0, v0 = {}, 0, 0
-        for b in free:
-            offs[("body", b)] = (q0, v0)
-            q0, v0 = q0 + 7, v0 + 6
-        for k in sorted(by_joint):
-            _, nq, nv = _KINDS[type(model.joints[k])]
-            offs[("joint", k)] = (q0, v0)
-            q0, v0 = q0 + nq, v0 + nv
-        self._offsets = tuple(sorted(offs.items(), key=lambda kv: kv[1]))
+        self._offsets = tuple(offs)
 
     @property
     def nq(self) -> int:
@@ -282,21 +295,30 @@ class JointSpace(eqx.Module):
             return rel * jnp.where(rel[0] < 0, -1.0, 1.0)
         return jnp.zeros((0,), q.dtype)
 
+    def _lever(self, b, a):
+        """R(A) ō_b: a free body's origin (``origins``) from its centre of mass, world frame."""
+        if self.origins is None:
+            return jnp.zeros(3, a.dtype)
+        return _qrot(a, self.origins[b].astype(a.dtype))
+
     def positions(self, state: State):
-        """Joint positions (nq,) of ONE system (free bodies: (r, A); module docstring)."""
+        """Joint positions (nq,) of ONE system (a free body: (r + R ō, A), ō its ``origins``
+        entry, default 0: the centre of mass; module docstring)."""
         q = state.q
         frames = self._frames()
         parts = []
         for key, _ in self._offsets:
             if key[0] == "body":
-                parts.append(q[key[1]])
+                b = key[1]
+                parts += [q[b, 0:3] + self._lever(b, q[b, 3:7]), q[b, 3:7]]
             else:
                 parts.append(self._joint_coordinates(key[1], q, frames))
         return jnp.concatenate(parts)
 
     def velocities(self, state: State):
         """Joint velocities (nv,) of ONE system: rates of the angles and displacements, the
-        relative angular velocity in frame j for a spherical joint, (v, ω) for a free body."""
+        relative angular velocity in frame j for a spherical joint, (v + ω × R ō world, ω body
+        axes) for a free body (the velocity of its ``origins`` point; MuJoCo's free joint)."""
         q, u = state.q, state.u
         frames = self._frames()
         kinds = {k: _KINDS[type(self.model.joints[k])][0] for k, *_ in self.order}  # tree joints
@@ -321,7 +343,8 @@ class JointSpace(eqx.Module):
         for key, _ in self._offsets:
             if key[0] == "body":
                 b = key[1]
-                parts.append(jnp.concatenate([u[b, 0:3], u[b, 4:7]]))
+                w = _qrot(q[b, 3:7], u[b, 4:7])
+                parts += [u[b, 0:3] + jnp.cross(w, self._lever(b, q[b, 3:7])), u[b, 4:7]]
             elif kinds[key[1]] == "spherical":
                 i, j = self.model.topology.joint_bodies[key[1]]
                 _, fj, _, _ = frames[key[1]]
@@ -340,9 +363,10 @@ class JointSpace(eqx.Module):
         every body is placed, by qpos (free) or by its tree joint."""
         dtype = qpos.dtype
         q = {}
-        for b in self.free:
+        for b in self.free:  # r = p − R ō: the centre of mass from the origin coordinate
             o, _ = self._offset(("body", b))
-            q[b] = qpos[o : o + 7]
+            a = qpos[o + 3 : o + 7]
+            q[b] = jnp.concatenate([qpos[o : o + 3] - self._lever(b, a), a])
         for k, parent, child, rev in self.order:
             o, _ = self._offset(("joint", k))
             kind, nq, _ = _KINDS[type(self.model.joints[k])]
@@ -428,7 +452,8 @@ class JointSpace(eqx.Module):
     # ---------------------------------------------------------------- Jacobians and dynamics
     def point(self, state: State, body, point_body):
         """World position r + R s̄ of the point s̄ (body axes, from the centre of mass) of
-        ``body`` (index or name)."""
+        ``body`` (index or name). A loaded file's point in a MuJoCo body frame, measured from
+        that frame's origin, is converted by ``loaded.source.body_point(name, point)``."""
         b = self._body(body)
         q = state.q[b]
         return q[0:3] + _qrot(q[3:7], jnp.asarray(point_body, q.dtype))
@@ -507,7 +532,11 @@ class JointSpace(eqx.Module):
         zero = jnp.zeros(3, dtype)
         omega = {b: _qrot(q[b, 3:7], u[b, 4:7]) for b in range(self.model.nb)}
         alpha = {b: zero for b in self.free}
-        acc = {b: zero for b in self.free}
+        # a free body's origin p = r + ρ does not accelerate (p̈ = 0, ω̇ = 0): r̈ = −ω × (ω × ρ)
+        acc = {
+            b: -jnp.cross(omega[b], jnp.cross(omega[b], self._lever(b, q[b, 3:7])))
+            for b in self.free
+        }
         omega[GROUND], alpha[GROUND], acc[GROUND] = zero, zero, zero
 
         def lever(b, s):
@@ -575,6 +604,116 @@ class JointSpace(eqx.Module):
         return self.inverse_dynamics(state, jnp.zeros(self.nv, state.q.dtype))
 
 
+def _spanning_tree(model):
+    """(order, free) of the default tree: the joints with coordinates in ``model.joints``
+    order, grown from the ground; a body no joint reaches is free, and the tree grows on from
+    it (bodies in index order)."""
+    known = {GROUND}
+    order, free, used = [], [], set()
+    pairs = model.topology.joint_bodies
+
+    def grow():
+        changed = True
+        while changed:
+            changed = False
+            for k, (joint, (i, j)) in enumerate(zip(model.joints, pairs, strict=True)):
+                if k in used or type(joint) not in _KINDS:
+                    continue
+                if i in known and j not in known:
+                    order.append((k, i, j, False))
+                elif j in known and i not in known:
+                    order.append((k, j, i, True))
+                else:
+                    continue
+                used.add(k)
+                known.add(order[-1][2])
+                changed = True
+
+    grow()
+    for b in range(model.nb):
+        if b not in known:
+            free.append(b)
+            known.add(b)
+            grow()
+    return order, free
+
+
+def _given_parents(model, parents) -> dict[int, int]:
+    """{body: joint index} of ``JointSpace(parents=...)``, checked: one entry per body, each a
+    joint with coordinates that connects that body, no joint used twice."""
+    parents = tuple(parents)
+    if len(parents) != model.nb:
+        raise ValueError(
+            f"JointSpace: parents has {len(parents)} entries; the model has {model.nb} bodies "
+            f"{list(model.names)}. Fix: give one per body: the joint that places it, or None "
+            "(a free body)."
+        )
+    out: dict[int, int] = {}
+    for b, p in enumerate(parents):
+        if p is None:
+            continue
+        if isinstance(p, str):
+            if p not in model.joint_names:
+                raise ValueError(
+                    f"JointSpace: parents[{b}] = {p!r} is not a joint of the model. Fix: use "
+                    f"one of {list(model.joint_names)}, an index, or None."
+                )
+            k = model.joint_names.index(p)
+        elif isinstance(p, (int, np.integer)) and 0 <= int(p) < len(model.joints):
+            k = int(p)
+        else:
+            raise ValueError(
+                f"JointSpace: parents[{b}] = {p!r} is not a joint index in "
+                f"[0, {len(model.joints)}). Fix: give an index of model.joints, a name, or None."
+            )
+        joint = model.joints[k]
+        if type(joint) not in _KINDS:
+            raise ValueError(
+                f"JointSpace: parents[{b}] is joint {model.joint_names[k]!r}, a "
+                f"{type(joint).__name__}, which has no joint coordinates. Fix: place body "
+                f"{model.names[b]!r} by a joint of type {sorted(c.__name__ for c in _KINDS)}."
+            )
+        if b not in model.topology.joint_bodies[k]:
+            raise ValueError(
+                f"JointSpace: parents[{b}] is joint {model.joint_names[k]!r}, which does not "
+                f"connect body {model.names[b]!r}. Fix: give the joint between the body and "
+                "its parent."
+            )
+        if k in out.values():
+            raise ValueError(
+                f"JointSpace: joint {model.joint_names[k]!r} places two bodies. Fix: a joint "
+                "places the one body it connects to the tree."
+            )
+        out[b] = k
+    return out
+
+
+def _tree_order(model, parent_of) -> list:
+    """The tree of ``parent_of`` {child: joint} in topological order ((joint, parent, child,
+    reversed), ...), reversed when the child is the joint's body_i; a cycle is refused."""
+    pairs = model.topology.joint_bodies
+    known = {GROUND} | {b for b in range(model.nb) if b not in parent_of}
+    order, pending = [], dict(parent_of)
+    while pending:
+        placed = []
+        for b, k in pending.items():
+            i, j = pairs[k]
+            other = i if j == b else j
+            if other in known:
+                order.append((k, other, b, j != b))
+                placed.append(b)
+        if not placed:
+            raise ValueError(
+                f"JointSpace: the parents of bodies {[model.names[b] for b in pending]} form a "
+                "cycle (none of them reaches the ground or a free body). Fix: let one of them "
+                "be placed by a joint to the ground, or be free (None)."
+            )
+        for b in placed:
+            known.add(b)
+            del pending[b]
+    return order
+
+
 def _q_dot(q, u):
     """q̇ of a rigid body's (r, A) from u = (v, ν, ω): ṙ = v, Ȧ = ½ A ⊗ (0, ω) (ν = 0)."""
     a = q[3:7]
@@ -588,19 +727,23 @@ def _u_of(q, q_dot):
     return jnp.concatenate([q_dot[0:3], jnp.zeros(1, q.dtype), w])
 
 
-def joint_coordinates(model, state: State):
+def joint_coordinates(model, state: State, *, parents=None, origins=None):
     """(positions (nq,), velocities (nv,)) of ONE system in the coordinates of
-    :class:`JointSpace` (free bodies first, then the tree joints in ``model.joints`` order)."""
-    js = JointSpace(model)
+    :class:`JointSpace` (``parents``, ``origins``: its options; default free bodies first,
+    then the tree joints in ``model.joints`` order)."""
+    js = JointSpace(model, parents=parents, origins=origins)
     return js.positions(state), js.velocities(state)
 
 
-def state_from_joint_coordinates(model, qpos, qvel=None, t=0.0) -> State:
+def state_from_joint_coordinates(
+    model, qpos, qvel=None, t=0.0, *, parents=None, origins=None
+) -> State:
     """A consistent :class:`rbjax.State` of joint positions and velocities (the coordinates of
-    :class:`JointSpace`): forward kinematics along the spanning tree; if the model closes
-    loops, :func:`rbjax.assemble` then puts the state on the loop closures (the closest
-    configuration in the kinetic-energy metric) and projects the velocities."""
-    js = JointSpace(model)
+    :class:`JointSpace` with its options ``parents``, ``origins``): forward kinematics along
+    the spanning tree; if the model closes loops, :func:`rbjax.assemble` then puts the state on
+    the loop closures (the closest configuration in the kinetic-energy metric) and projects
+    the velocities."""
+    js = JointSpace(model, parents=parents, origins=origins)
     state = js.state(qpos, qvel, t)
     if js.loops:
         from .assembly import assemble
@@ -619,23 +762,29 @@ class JointForces(AbstractForce):
     so its power is exactly τ_kᵀ q̇_k (the dual of :meth:`JointSpace.velocities`): a couple
     ±τ z on a revolute, ±τ₁ z_i ± τ₂ z_j on a universal, ±R_j F_j τ on a spherical joint, a
     force ±f e at the joint point of a prismatic one, both on a cylindrical one; a free body's
-    share (F world, M body axes) acts on it directly. With τ = M(q)(q̈_d + K_p e + K_d ė) +
-    C q̇ + g (:meth:`JointSpace.mass_matrix`, :meth:`JointSpace.bias`) this is computed-torque
-    control.
+    share (F world, M body axes) acts on it at its ``origins`` point (MuJoCo's
+    ``qfrc_applied`` of a free joint). ``parents``, ``origins``: the options of the
+    :class:`JointSpace` whose coordinates τ is in (``js.parents``, ``js.origins``). With
+    τ = M(q)(q̈_d + K_p e + K_d ė) + C q̇ + g (:meth:`JointSpace.mass_matrix`,
+    :meth:`JointSpace.bias`) this is computed-torque control.
     """
 
     policy: Callable[..., Any]
+    origins: Any
+    parents: tuple | None = eqx.field(static=True)
 
-    def __init__(self, policy: Callable[..., Any]):
+    def __init__(self, policy: Callable[..., Any], *, parents=None, origins=None):
         if not callable(policy):
             raise ValueError(
                 f"JointForces.policy = {policy!r} is not callable. Fix: pass a function "
                 "policy(t, state) -> tau of shape (nv,) (the JointSpace velocity coordinates)."
             )
         self.policy = policy
+        self.parents = None if parents is None else tuple(parents)
+        self.origins = origins
 
     def wrench(self, model, t, state: State) -> Wrench:
-        js = JointSpace(model)
+        js = JointSpace(model, parents=self.parents, origins=self.origins)
         dtype = state.q.dtype
         tau = jnp.asarray(self.policy(t, state), dtype)
         if tau.shape != (js.nv,):
@@ -662,9 +811,12 @@ class JointForces(AbstractForce):
             return v if b == GROUND else _qrot(q[b, 3:7], v)
 
         for key, (_, v) in js._offsets:
-            if key[0] == "body":
+            if key[0] == "body":  # the force at the origin point: its moment about the COM
                 b = key[1]
-                out = out.add(b, force_world=tau[v : v + 3], moment_body=tau[v + 3 : v + 6])
+                f = tau[v : v + 3]
+                lever = _qrot_t(q[b, 3:7], js._lever(b, q[b, 3:7]))
+                moment = tau[v + 3 : v + 6] + jnp.cross(lever, _qrot_t(q[b, 3:7], f))
+                out = out.add(b, force_world=f, moment_body=moment)
                 continue
             k = key[1]
             joint = model.joints[k]

@@ -21,6 +21,17 @@ class Loaded:
     timestep: float | None
     source: Any = None
 
+    def joint_space(self):
+        """The :class:`rbjax.JointSpace` of the loaded model in the file's own joint
+        coordinates: for MJCF/URDF exactly MuJoCo's ``qpos`` and ``qvel`` (order, sizes, a free
+        joint's body-frame origin; :meth:`~rbjax.advanced.MujocoSource.joint_space`), for an
+        rbjax model file ``rbjax.JointSpace(model)``."""
+        if self.source is None:
+            from .._analysis.joint_space import JointSpace
+
+            return JointSpace(self.model)
+        return self.source.joint_space(self.model)
+
 
 def load(
     path,
@@ -42,18 +53,26 @@ def load(
     their inertials, hinge/slide/ball/free joints as rbjax joints built in the reference
     configuration ``qpos0``, bodies without joints merged into their parent, equality connect
     and weld as exact constraints, joint stiffness/damping and motor/position/velocity
-    actuators as force elements with :class:`rbjax.Actuator`, gravity and the timestep.
+    actuators as force elements with :class:`rbjax.Actuator` (a joint's ``actuatorfrcrange``
+    as :class:`rbjax.JointActuators`), gravity compensation, gravity and the timestep
+    (docs/tutorials/import-mjcf.md has the audit of every MuJoCo field).
+    :meth:`Loaded.joint_space` gives MuJoCo's own ``qpos``/``qvel`` coordinates.
 
     ``qpos``, ``qvel``: MuJoCo's generalized coordinates of the initial state (default: qpos0
-    at rest). ``control``: the actuators' controls in MuJoCo's ctrl
-    order: a constant vector (one number per actuator; default 0) or a function of time
-    returning that vector, such as :class:`rbjax.ControlSequence` ((n, nu) samples; its values
-    are differentiable).
+    at rest; ``nq`` and ``nv`` finite numbers, ball and free quaternions normalized as MuJoCo
+    does). ``control``: the actuators' controls in MuJoCo's ctrl order: a constant vector
+    (``nu`` finite numbers; default 0) or a function of time returning that vector, such as
+    :class:`rbjax.ControlSequence` ((n, nu) samples; its values are differentiable); clamped
+    to each actuator's ``ctrlrange`` as MuJoCo does. An input the model cannot use (a control
+    for a model without actuators, a wrong size, NaN) is a ValueError naming it.
     ``unsupported``: elements with dynamics rbjax does not model (contacts, joint limits,
     tendons, ...) are listed by name in one warning (``"warn"``) or a ValueError
     (``"error"``). ``formulation``: default :class:`rbjax.ScalableDAE` (loop closures whose equations are
     redundant, as a planar loop closed by a connect, run in every formulation); the initial state is assembled onto the loop closures if
-    it violates them (with a warning saying by how much). These options apply to MJCF/URDF
+    it violates them (with a warning saying by how much). ``meshes=False`` compiles the file
+    without its mesh geoms (a URDF whose ``package://`` meshes are not at hand): allowed when
+    every body that carries one takes its mass and inertia from an ``<inertial>``, as URDF
+    links do, so the dynamics are the same; refused (ValueError) otherwise. These options apply to MJCF/URDF
     files only: a model file carries its own state, formulation and controls, and giving them
     for a ``.toml`` is a ValueError rather than silently ignored. Returns a :class:`Loaded`
     (model, state, timestep, source).

@@ -18,14 +18,21 @@ maps that compiled model onto rbjax's maximal coordinates:
   constraints (MuJoCo enforces equalities softly, through ``solref``/``solimp``; rbjax holds them
   to round-off, so a loop drifts by the integrator's error only);
 * joint stiffness and damping → :class:`~rbjax.RotationalSpringDamper` (hinge) or
-  :class:`~rbjax.AxialSpringDamper` (slide); ``motor``, ``position``, ``velocity`` (any affine
-  gain/bias) actuators on a hinge or slide → the same forces with an :class:`~rbjax.Actuator`;
-* gravity and the timestep from ``<option>``.
+  :class:`~rbjax.AxialSpringDamper` (slide); actuators with a fixed or affine gain and no or
+  affine bias on a hinge or slide (transmission ``joint`` or ``jointinparent``) → the same
+  forces with an :class:`~rbjax.Actuator`, the actuators of a joint with
+  ``actuatorfrcrange`` summed and capped in one :class:`~rbjax.JointActuators` (MuJoCo's
+  mj_fwdActuation: qfrc_actuator = Σ gear·clamp(force, forcerange), clamped per joint);
+  actuators in a group of ``actuatorgroupdisable`` apply nothing, as in MuJoCo;
+* body ``gravcomp`` → a :class:`~rbjax.PointForce` −gravcomp·m·g at the body's centre of mass;
+* gravity, the timestep and the disable flags from ``<option>``.
 
 Everything else with dynamics (contacts, joint limits, friction loss, armature, tendons,
-actuators with activation dynamics, fluid forces, gravity compensation, mocap bodies, ...) is
-listed by name in ONE warning (or ValueError with ``unsupported="error"``), never dropped
-silently.
+actuators with activation dynamics, fluid forces, mocap bodies, ...) is listed by name and
+value in ONE warning (or ValueError with ``unsupported="error"``), never dropped silently:
+rbjax/_io/mujoco_fields.py goes through every field of MuJoCo's compiled model. The user's
+``qpos``, ``qvel`` and ``control`` are checked against the model (sizes, finite values, a
+model without actuators) and refused by name.
 """
 
 from __future__ import annotations
@@ -38,10 +45,14 @@ import warnings
 from typing import Any
 
 import equinox as eqx
+import jax
 import numpy as np
 
-from .._actuators import Actuator
+from .._actuators import Actuator, JointActuators
+from .._analysis.joint_space import JointSpace
 from .._body import Body
+from .._errors import _short, fail
+from .._forces import PointForce
 from .._joints import (
     Cylindrical,
     Fixed,
@@ -81,24 +92,39 @@ class JointMap:
 class MujocoSource:
     """The compiled MuJoCo model behind an imported rbjax model, with the maps between the
     two: ``mjmodel`` (``mujoco.MjModel``), ``body_of`` (MuJoCo body id → rbjax body index, −1 for
-    the world and bodies welded to it), ``joints`` (a :class:`JointMap` per MuJoCo joint) and
-    ``actuators`` (MuJoCo actuator names in ``ctrl`` order)."""
+    the world and bodies welded to it), ``joints`` (a :class:`JointMap` per MuJoCo joint),
+    ``actuators`` (MuJoCo actuator names in actuator order), ``parents`` (per rbjax body the
+    index in ``Model.joints`` of the joint that places it, None for a free joint) and
+    ``origins`` (nb, 3): per rbjax body, the origin of its MuJoCo body frame from its centre of
+    mass, in body axes (rbjax's body position is the centre of mass, MuJoCo's free-joint
+    ``qpos`` the body frame's origin; the axes are the same)."""
 
-    def __init__(self, mjmodel, body_of, joints, actuators, movers):
+    def __init__(
+        self, mjmodel, body_of, joints, actuators, movers, parents=None, frames=None, inexact=()
+    ):
         self.mjmodel = mjmodel
         self.body_of = tuple(body_of)
         self.joints = tuple(joints)
         self.actuators = tuple(actuators)
         self._movers = tuple(movers)  # rbjax body index → MuJoCo body id
+        self.parents = tuple(parents) if parents is not None else (None,) * len(movers)
+        self._frames: tuple[Any, ...] = tuple(frames) if frames is not None else ()
+        self.origins = np.array(
+            [self._frames[b][2] for b in movers] if self._frames else np.zeros((len(movers), 3))
+        ).reshape(len(movers), 3)
+        self._inexact = tuple(inexact)
 
     def state(self, qpos=None, qvel=None, *, dtype=None) -> State:
-        """The rbjax :class:`~rbjax.State` of MuJoCo's ``qpos``, ``qvel`` (default qpos0, rest)."""
+        """The rbjax :class:`~rbjax.State` of MuJoCo's ``qpos``, ``qvel`` (default qpos0, rest):
+        MuJoCo's own forward kinematics (``mj_kinematics``; ball and free-joint quaternions
+        normalized as MuJoCo does), each body's centre of mass and its velocity (``mj_jac``
+        there), attitude ``xquat`` and angular velocity in body axes."""
         mujoco = _mujoco()
 
         m = self.mjmodel
         d = mujoco.MjData(m)
-        d.qpos[:] = m.qpos0 if qpos is None else _array("qpos", qpos, m.nq)
-        d.qvel[:] = 0.0 if qvel is None else _array("qvel", qvel, m.nv)
+        d.qpos[:] = m.qpos0 if qpos is None else _coordinates(m, "qpos", qpos)
+        d.qvel[:] = 0.0 if qvel is None else _coordinates(m, "qvel", qvel)
         mujoco.mj_kinematics(m, d)
         mujoco.mj_comPos(m, d)
         pos, quat, vel, omega = [], [], [], []
@@ -119,15 +145,159 @@ class MujocoSource:
             dtype=dtype,
         )
 
+    def joint_space(self, model) -> JointSpace:
+        """:class:`rbjax.JointSpace` of the imported ``model`` in MuJoCo's coordinates: its
+        positions and velocities are MuJoCo's ``qpos`` and ``qvel`` (same order and size; a free
+        joint's position is the body frame's origin and its velocity that origin's world
+        velocity followed by the body-axes angular velocity; equality constraints are loops),
+        so its mass matrix and bias are MuJoCo's ``mj_fullM`` and ``qfrc_bias``. Refused
+        (ValueError naming the bodies) for bodies whose several joints rbjax holds in other
+        coordinates: three hinges (a quaternion), a slide before a hinge, ``ref`` ≠ 0."""
+        if self._inexact:
+            raise ValueError(
+                f"MujocoSource.joint_space: {'; '.join(self._inexact)}. Fix: use "
+                "rbjax.JointSpace(model) (rbjax's own coordinates of these joints), or give "
+                "each of these joints a body of its own in the file."
+            )
+        if model.nb != len(self._movers) or len(model.joints) < sum(
+            p is not None for p in self.parents
+        ):
+            raise ValueError(
+                f"MujocoSource.joint_space: the model has {model.nb} bodies and "
+                f"{len(model.joints)} joints; the file's has {len(self._movers)} bodies. Fix: "
+                "pass the model rbjax.load returned (its leaves may be changed, not its bodies "
+                "and joints)."
+            )
+        return JointSpace(model, parents=self.parents, origins=self.origins)
 
-def _array(field, x, n):
-    x = np.asarray(x, dtype=float)
-    if x.shape != (n,) or not np.all(np.isfinite(x)):
-        raise ValueError(
-            f"{field} has shape {x.shape} (or non-finite values); the MuJoCo model has "
-            f"{field[:1]}{field[1:]} of size {n}. Fix: pass {n} finite numbers."
+    def body_point(self, body, point=(0.0, 0.0, 0.0)):
+        """(rbjax body index, point in its body coordinates) of ``point`` given in the frame of
+        MuJoCo body ``body`` (name or id): the arguments of :meth:`rbjax.JointSpace.point` and
+        :meth:`rbjax.JointSpace.jacobian` for a MuJoCo point (MuJoCo measures from the body
+        frame's origin, rbjax from the centre of mass of the body with everything welded to
+        it). A body welded to the world gives (−1, the world point)."""
+        mujoco = _mujoco()
+
+        k = body
+        if isinstance(body, str):
+            k = mujoco.mj_name2id(self.mjmodel, mujoco.mjtObj.mjOBJ_BODY, body)
+        if not 0 <= int(k) < self.mjmodel.nbody:
+            raise ValueError(
+                f"MujocoSource.body_point: body = {body!r} is not a MuJoCo body of this model. "
+                "Fix: give a body name or id (0 <= id < nbody)."
+            )
+        i, axes, origin = self._frames[int(k)]
+        return i, origin + axes @ np.asarray(point, dtype=float)
+
+
+def _coordinates(m, field, x):
+    """MuJoCo's ``qpos`` (nq,) or ``qvel`` (nv,) given by the user, as float64, refused by
+    name when it is not that many finite numbers or a ball/free quaternion is zero (MuJoCo
+    normalizes any other length, and so does the state built from it)."""
+    n = m.nq if field == "qpos" else m.nv
+    fix = f"pass {n} finite numbers in MuJoCo's {field} order ({_layout(m, field)})"
+    try:
+        arr = np.asarray(x, dtype=float)
+    except (TypeError, ValueError):
+        fail(f"load: {field}", x, "is not an array of numbers", fix)
+    if arr.shape != (n,):
+        fail(
+            f"load: {field}",
+            x,
+            f"has shape {arr.shape}; the MuJoCo model has {field} of size {n}",
+            fix,
         )
-    return x
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        fail(f"load: {field}[{bad[0]}]", arr[bad[0]], "is not finite", fix)
+    if field == "qpos":
+        for j in range(m.njnt):
+            kind = _KINDS[int(m.jnt_type[j])]
+            if kind in ("ball", "free"):
+                a = int(m.jnt_qposadr[j]) + (3 if kind == "free" else 0)
+                if not np.linalg.norm(arr[a : a + 4]) > 1e-12:
+                    name = _name(m, _mujoco().mjtObj.mjOBJ_JOINT, j, f"joint{j}")
+                    fail(
+                        f"load: qpos[{a}:{a + 4}]",
+                        arr[a : a + 4],
+                        f"(the quaternion of {kind} joint '{name}') is zero",
+                        "give a rotation as a quaternion (w, x, y, z); MuJoCo normalizes it",
+                    )
+    return arr
+
+
+def _layout(m, field) -> str:
+    """MuJoCo's joints in qpos/qvel order with their sizes, for messages (the first 8)."""
+    mujoco = _mujoco()
+
+    sizes = {"free": (7, 6), "ball": (4, 3), "slide": (1, 1), "hinge": (1, 1)}
+    parts = []
+    for j in range(m.njnt):
+        kind = _KINDS[int(m.jnt_type[j])]
+        n = sizes[kind][0 if field == "qpos" else 1]
+        parts.append(f"'{_name(m, mujoco.mjtObj.mjOBJ_JOINT, j, f'joint{j}')}' {kind} {n}")
+    return "joints " + ", ".join(parts[:8]) + (", ..." if len(parts) > 8 else "")
+
+
+def _controls(m, control):
+    """(constant ctrl (nu,), signal u(t)) of ``control``: None, nu finite numbers or a function
+    of time returning (nu,) (e.g. a ControlSequence of values (n, nu)); anything else is
+    refused by name (a control the model cannot use is never ignored)."""
+    if control is None:
+        return None, None
+    nu = int(m.nu)
+    names = [f"'{n}'" for n in _control_names(m)]
+    fix = (
+        f"pass {nu} finite numbers, one per control in MuJoCo's ctrl order "
+        f"({', '.join(names[:8])}{', ...' if len(names) > 8 else ''}), or a function of time "
+        f"returning them (rbjax.ControlSequence with values of shape (n, {nu}))"
+    )
+    if nu == 0:
+        shown = f"<{type(control).__name__}>" if callable(control) else _short(control)
+        raise ValueError(
+            f"load: control = {shown} is given, but the MuJoCo model has no actuators "
+            "(nu = 0). Fix: remove control=, or add <actuator> elements to the file."
+        )
+    if callable(control):
+        shape = jax.eval_shape(control, 0.0).shape
+        if shape != (nu,):
+            raise ValueError(
+                f"load: control(t) = <{type(control).__name__}> returns shape {shape}, not "
+                f"({nu},). Fix: {fix}."
+            )
+        return None, control
+    try:
+        arr = np.asarray(control, dtype=float)
+    except (TypeError, ValueError):
+        fail("load: control", control, "is not an array of numbers", fix)
+    if arr.shape != (nu,):
+        fail("load: control", control, f"has shape {arr.shape}, not ({nu},)", fix)
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        fail(f"load: control[{bad[0]}]", arr[bad[0]], "is not finite", fix)
+    return arr, None
+
+
+def _control_names(m) -> list[str]:
+    """The name of each entry of MuJoCo's ctrl (an actuator with several controls: name[k])."""
+    mujoco = _mujoco()
+
+    out = []
+    for a in range(_nactuator(m)):
+        name = _name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, a, f"actuator{a}")
+        n = int(_field(m, "actuator_ctrlnum", a, 1))
+        out += [name] if n == 1 else [f"{name}[{k}]" for k in range(n)]
+    return out
+
+
+def _nactuator(m) -> int:
+    """Number of actuators (MuJoCo ≥ 3.12 counts them apart from their controls, ``nu``)."""
+    return int(getattr(m, "nactuator", m.nu))
+
+
+def _field(m, name, i, default):
+    """``m.<name>[i]``, or ``default`` in a MuJoCo without that field."""
+    return getattr(m, name)[i] if hasattr(m, name) else default
 
 
 def _name(m, kind, i, default):
@@ -265,6 +435,10 @@ def build_from_mujoco(
             f"load: unsupported = {unsupported!r} is not a policy. Fix: use 'warn' or 'error'."
         )
     mujoco = _mujoco()
+    # the user's inputs first: a wrong one is refused by name, never ignored
+    qpos = None if qpos is None else _coordinates(m, "qpos", qpos)
+    qvel = None if qvel is None else _coordinates(m, "qvel", qvel)
+    ctrl, signal = _controls(m, control)
 
     dis = int(m.opt.disableflags)
     off = {
@@ -279,6 +453,7 @@ def build_from_mujoco(
             "ACTUATION",
             "FRICTIONLOSS",
             "CONSTRAINT",
+            "CLAMPCTRL",
         )
     }
     problems: list[str] = []
@@ -329,6 +504,11 @@ def build_from_mujoco(
         i = body_of[k]
         return world if i == GROUND else d.xmat[movers[i]].reshape(3, 3).T @ world
 
+    # every MuJoCo body's frame in its rbjax body: (index, axes, origin from the centre of mass)
+    frames = [
+        (body_of[k], local_axes(k, np.eye(3)), local(k, np.zeros(3))[1]) for k in range(m.nbody)
+    ]
+
     # --- joints and their force elements
     joints, forces, maps = [], [], []
     spring_on = {j: not off["SPRING"] and m.jnt_stiffness[j] != 0.0 for j in range(m.njnt)}
@@ -336,9 +516,11 @@ def build_from_mujoco(
         j: not off["DAMPER"] and m.dof_damping[m.jnt_dofadr[j]] != 0.0 for j in range(m.njnt)
     }
     actuated: dict[int, list[int]] = {}
-    for a in range(m.nu):
-        if int(m.actuator_trntype[a]) == int(mujoco.mjtTrn.mjTRN_JOINT):
+    for a in range(_nactuator(m)):
+        if _joint_transmission(m, a):
             actuated.setdefault(int(m.actuator_trnid[a, 0]), []).append(a)
+    parents: list[int | None] = []  # per rbjax body: the rbjax joint that places it (None: free)
+    inexact: list[str] = []  # bodies whose rbjax joint coordinates are not MuJoCo's qpos
     single = {}  # MuJoCo joint → (kind, rbjax joint index) when it is a hinge/slide alone
     for b in movers:
         i = index[b]
@@ -410,6 +592,13 @@ def build_from_mujoco(
         if joint is not None:
             k = len(joints)
             joints.append(joint)
+        parents.append(k)
+        if len(js) > 1 and (
+            kinds == ["hinge"] * 3
+            or kinds == ["slide", "hinge"]
+            or any(m.qpos0[m.jnt_qposadr[j]] != 0.0 for j in js)
+        ):
+            inexact.append(f"{where}: {_inexact_reason(kinds)}")
         for j, kind in zip(js, kinds, strict=True):
             maps.append(
                 JointMap(
@@ -464,37 +653,49 @@ def build_from_mujoco(
             ref = float(m.qpos0[m.jnt_qposadr[j]])
             forces.append(element(j, k_s, c, float(m.qpos_spring[m.jnt_qposadr[j]]) - ref, None))
 
-    # --- actuators
-    signal = control if callable(control) else None  # u(t) -> (nu,), e.g. a ControlSequence
-    ctrl = None if control is None or signal is not None else np.asarray(control, dtype=float)
-    actuator_names = []
-    for a in range(m.nu):
+    # --- actuators (MuJoCo's mj_fwdActuation): each force clamp(gain·clamp(u) + bias,
+    # forcerange) times its gear on its joint; a joint with actuatorfrclimited caps the sum
+    actuator_names, on_joint = [], []
+    for a in range(_nactuator(m)):
         name = _name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, a, f"actuator{a}")
         actuator_names.append(name)
         problem = _actuator_problem(m, a, single, joint_name)
         if problem:
             problems.append(f"actuator '{name}': {problem}")
             continue
-        if off["ACTUATION"]:
-            continue
+        if off["ACTUATION"] or _group_disabled(m, a):
+            continue  # MuJoCo applies no force: nothing to simulate
         j = int(m.actuator_trnid[a, 0])
-        ref = float(m.qpos0[m.jnt_qposadr[j]])
+        adr = int(_field(m, "actuator_ctrladr", a, a))
+        fixed = int(m.actuator_gaintype[a]) == int(mujoco.mjtGain.mjGAIN_FIXED)
         act = Actuator(
-            gain=m.actuator_gainprm[a, 0:3],
+            gain=m.actuator_gainprm[a, 0:3] * (np.array([1.0, 0.0, 0.0]) if fixed else 1.0),
             bias=m.actuator_biasprm[a, 0:3] if int(m.actuator_biastype[a]) else np.zeros(3),
             gear=float(m.actuator_gear[a, 0]),
-            control=signal
-            if signal is not None
-            else 0.0
-            if ctrl is None
-            else _control(ctrl, a, m.nu),
-            index=None if signal is None else a,
-            ctrl_range=m.actuator_ctrlrange[a] if _limited(m, a, "ctrl") else None,
+            control=signal if signal is not None else 0.0 if ctrl is None else float(ctrl[adr]),
+            index=None if signal is None else adr,
+            ctrl_range=m.actuator_ctrlrange[a]
+            if _limited(m, a, "ctrl") and not off["CLAMPCTRL"]
+            else None,
             force_range=m.actuator_forcerange[a] if _limited(m, a, "force") else None,
-            offset=ref,
+            offset=float(m.qpos0[m.jnt_qposadr[j]]),
             name=name,
         )
-        forces.append(element(j, 0.0, 0.0, 0.0, act))
+        on_joint.append((j, act))
+    capped = {j for j, _ in on_joint if m.jnt_actfrclimited[j]}
+    for j, act in on_joint:
+        if j not in capped:
+            forces.append(element(j, 0.0, 0.0, 0.0, act))
+        elif act is next(a for jj, a in on_joint if jj == j):  # the joint's first: all of them
+            group = tuple(a for jj, a in on_joint if jj == j)
+            cap = JointActuators(group, force_range=m.jnt_actfrcrange[j], name=joint_name[j])
+            forces.append(element(j, 0.0, 0.0, 0.0, cap))
+
+    # --- gravity compensation (body gravcomp, MuJoCo's mj_gravcomp): the force −c·m·g at the
+    # centre of mass of each body, a passive force, or an actuator force on the DOFs of joints
+    # with actuatorgravcomp, which mj_fwdActuation drops (no actuators, actuation disabled) or
+    # caps (actuatorfrcrange): those cases are named instead
+    forces += _gravcomp(m, off, problems, body_name, joint_name, local)
 
     # --- equality constraints
     for e in range(m.neq):
@@ -525,7 +726,7 @@ def build_from_mujoco(
         warnings.warn(text, UserWarning, stacklevel=3)
 
     gravity = np.zeros(3) if off["GRAVITY"] else np.array(m.opt.gravity)
-    source = MujocoSource(m, body_of, maps, actuator_names, movers)
+    source = MujocoSource(m, body_of, maps, actuator_names, movers, parents, frames, inexact)
     state = source.state(qpos, qvel, dtype=dtype)
     rb_model = Model(bodies, gravity=gravity, joints=joints, forces=forces, formulation=formulation)
     if dtype is not None:  # the model in the state's dtype: one computation, one dtype
@@ -547,6 +748,8 @@ def _close_loops(model, state):
 
     c, cd, _ = _consistency(model, state)
     gap = float(max(np.max(np.asarray(c)), np.max(np.asarray(cd))))
+    if gap <= 1e-12:  # closed already (MuJoCo's qpos0 of a file built closed): nothing to move
+        return model, state
     fixed = assemble(model, state)
     moved = float(np.max(np.abs(np.asarray(fixed.q) - np.asarray(state.q))))
     if not gap <= 1e-10:
@@ -580,44 +783,100 @@ def _limited(m, a, what):
     return bool(flag) and rng[0] < rng[1]
 
 
-def _control(ctrl, a, nu):
-    if ctrl.shape != (nu,) or not np.all(np.isfinite(ctrl)):
-        raise ValueError(
-            f"load: control = {ctrl.tolist()} is not {nu} finite numbers (one per actuator, in "
-            "MuJoCo's ctrl order). Fix: pass a constant ctrl vector here; for time-varying "
-            "controls use rbjax.with_controls(model, ...)."
-        )
-    return float(ctrl[a])
+def _joint_transmission(m, a) -> bool:
+    """The actuator drives a joint: transmission ``joint``, or ``jointinparent``, which is the
+    same for a hinge or slide (it differs for ball and free joints only)."""
+    mujoco = _mujoco()
+
+    return int(m.actuator_trntype[a]) in (
+        int(mujoco.mjtTrn.mjTRN_JOINT),
+        int(mujoco.mjtTrn.mjTRN_JOINTINPARENT),
+    )
+
+
+def _group_disabled(m, a) -> bool:
+    """MuJoCo's ``mj_actuatorDisabled``: the actuator's group (0-30) is in ``disableactuator``."""
+    group = int(m.actuator_group[a])
+    return 0 <= group <= 30 and bool(int(getattr(m.opt, "disableactuator", 0)) & (1 << group))
+
+
+def _inexact_reason(kinds) -> str:
+    if kinds == ["hinge"] * 3:
+        return "three hinges become one Spherical joint (a quaternion, MuJoCo: 3 angles)"
+    if kinds == ["slide", "hinge"]:
+        return "a slide before a hinge (a Cylindrical joint's coordinates are (angle, slide))"
+    return "joints with ref != 0 (rbjax measures these joint coordinates from the reference)"
 
 
 def _actuator_problem(m, a, single, joint_name):
+    """What of actuator ``a`` rbjax does not simulate ("; "-joined), or None."""
     mujoco = _mujoco()
 
-    if int(m.actuator_trntype[a]) != int(mujoco.mjtTrn.mjTRN_JOINT):
+    if not _joint_transmission(m, a):
         return f"transmission {mujoco.mjtTrn(int(m.actuator_trntype[a])).name} (rbjax: joints)"
     j = int(m.actuator_trnid[a, 0])
     if j not in single:
         return f"drives joint '{joint_name[j]}', which is not a single hinge or slide"
+    out = []
+    if int(_field(m, "actuator_ctrlnum", a, 1)) != 1:
+        out.append(f"{int(m.actuator_ctrlnum[a])} controls (rbjax: one per actuator)")
     if int(m.actuator_dyntype[a]) != int(mujoco.mjtDyn.mjDYN_NONE):
-        return "activation dynamics (dyntype) are not modelled"
+        out.append(
+            f"activation dynamics (dyntype {mujoco.mjtDyn(int(m.actuator_dyntype[a])).name}) "
+            "are not modelled"
+        )
     if int(m.actuator_gaintype[a]) not in (
         int(mujoco.mjtGain.mjGAIN_FIXED),
         int(mujoco.mjtGain.mjGAIN_AFFINE),
     ):
-        return "a gain type other than fixed/affine"
+        out.append(f"gain type {mujoco.mjtGain(int(m.actuator_gaintype[a])).name}")
     if int(m.actuator_biastype[a]) not in (
         int(mujoco.mjtBias.mjBIAS_NONE),
         int(mujoco.mjtBias.mjBIAS_AFFINE),
     ):
-        return "a bias type other than none/affine"
-    if int(m.actuator_gaintype[a]) == int(mujoco.mjtGain.mjGAIN_FIXED) and np.any(
-        m.actuator_gainprm[a, 1:3]
-    ):
-        return "fixed gain with extra parameters"
-    for field in ("actuator_damping", "actuator_armature"):
+        out.append(f"bias type {mujoco.mjtBias(int(m.actuator_biastype[a])).name}")
+    if int(_field(m, "actuator_plugin", a, -1)) >= 0:
+        out.append("an actuator plugin")
+    for field in ("actuator_damping", "actuator_armature", "actuator_dampingpoly"):
         if hasattr(m, field) and np.any(np.asarray(getattr(m, field))[a] != 0):
-            return f"{field.split('_', 1)[1]} is not modelled"
-    return None
+            value = np.asarray(getattr(m, field))[a]
+            out.append(f"{field.split('_', 1)[1]} = {value} is not modelled")
+    if float(_field(m, "actuator_delay", a, 0.0)) != 0.0:
+        out.append(f"a control delay of {float(m.actuator_delay[a]):g} s is not modelled")
+    return "; ".join(out) or None
+
+
+def _gravcomp(m, off, problems, body_name, joint_name, local) -> list:
+    """PointForces −c·m_k·g at the centre of mass of every moving body k with ``gravcomp`` c
+    (MuJoCo's mj_gravcomp, computed in mj_passive: with gravity on and nonzero, and not both
+    springs and dampers disabled): a passive force on the DOFs of most joints, an actuator
+    force on those of joints with ``actuatorgravcomp``, which mj_fwdActuation drops (no
+    actuators, actuation disabled) or caps (``actuatorfrcrange``). Where that route differs from
+    one body force, the bodies and joints are named in ``problems`` and nothing is added."""
+    gravity = np.asarray(m.opt.gravity, dtype=float)
+    comp = [k for k in range(1, m.nbody) if m.body_gravcomp[k] != 0.0]
+    if not comp or off["GRAVITY"] or not np.any(gravity) or (off["SPRING"] and off["DAMPER"]):
+        return []  # MuJoCo applies none
+    split = [
+        joint_name[j]
+        for j in range(m.njnt)
+        if _field(m, "jnt_actgravcomp", j, 0)
+        and (_nactuator(m) == 0 or off["ACTUATION"] or m.jnt_actfrclimited[j])
+    ]
+    if split:
+        problems.append(
+            f"gravity compensation on bodies {[body_name[k] for k in comp]}: routed through "
+            f"the actuators of joints {split} (actuatorgravcomp), where MuJoCo drops it (no "
+            "actuators, actuation disabled) or caps it (actuatorfrcrange)"
+        )
+        return []
+    out = []
+    for k in comp:
+        i, s = local(k, m.body_ipos[k])  # body k's centre of mass
+        if i != GROUND:
+            force = -float(m.body_gravcomp[k]) * float(m.body_mass[k]) * gravity
+            out.append(PointForce(i, s, force))
+    return out
 
 
 def _equality(m, e, name, kind, local, local_axes, body_of):
@@ -689,23 +948,74 @@ def _unsupported(m, off, body_name, joint_name) -> list[str]:
     if arm:
         out.append(f"armature (rotor inertia) on joints {arm}")
     if m.ntendon:
-        out.append(f"{m.ntendon} tendon(s)")
+        names = [_name(m, mujoco.mjtObj.mjOBJ_TENDON, t, f"tendon{t}") for t in range(m.ntendon)]
+        out.append(f"{m.ntendon} tendon(s) {names}")
     if m.nsensor:
         names = [_name(m, mujoco.mjtObj.mjOBJ_SENSOR, s, f"sensor{s}") for s in range(m.nsensor)]
         out.append(f"sensors {names} (compute them from the trajectory)")
     if m.nflex:
-        out.append(f"{m.nflex} flex object(s)")
+        names = [_name(m, mujoco.mjtObj.mjOBJ_FLEX, f, f"flex{f}") for f in range(m.nflex)]
+        out.append(f"{m.nflex} flex objects {names}")
     mocap = [body_name[k] for k in range(m.nbody) if m.body_mocapid[k] >= 0]
     if mocap:
         out.append(f"mocap bodies {mocap}")
-    grav = [body_name[k] for k in range(m.nbody) if m.body_gravcomp[k] != 0]
-    if grav:
-        out.append(f"gravity compensation on bodies {grav}")
     if m.opt.density or m.opt.viscosity or np.any(m.opt.wind):
-        out.append("fluid forces (option density/viscosity/wind)")
+        out.append(
+            f"fluid forces (option density={m.opt.density:g}, viscosity={m.opt.viscosity:g}, "
+            f"wind={np.asarray(m.opt.wind).tolist()})"
+        )
     if hasattr(m, "nplugin") and m.nplugin:
-        out.append(f"{m.nplugin} plugin(s)")
+        owners = [f"body '{body_name[k]}'" for k in range(m.nbody) if m.body_plugin[k] >= 0]
+        owners += [
+            f"actuator '{_name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, a, f'actuator{a}')}'"
+            for a in range(_nactuator(m))
+            if _field(m, "actuator_plugin", a, -1) >= 0
+        ]
+        out.append(f"{m.nplugin} plugin(s) (on {', '.join(owners) or 'the model'})")
+    # nonlinear joint springs and dampers, plasticity (MuJoCo >= 3.10)
+    for field, what, on in (
+        ("jnt_stiffnesspoly", "nonlinear stiffness (stiffness polynomial)", not off["SPRING"]),
+        ("jnt_springyield", "plastic springs (springyield)", not off["SPRING"]),
+    ):
+        if hasattr(m, field) and on:
+            vals = np.asarray(getattr(m, field)).reshape(m.njnt, -1)
+            hit = {joint_name[j]: vals[j].tolist() for j in range(m.njnt) if np.any(vals[j])}
+            if hit:
+                out.append(f"{what} on joints {hit}")
+    if hasattr(m, "dof_dampingpoly") and not off["DAMPER"]:
+        vals = np.asarray(m.dof_dampingpoly).reshape(m.nv, -1)
+        hit = {
+            joint_name[j]: _dofs(m, j, vals).tolist()
+            for j in range(m.njnt)
+            if np.any(_dofs(m, j, vals))
+        }
+        if hit:
+            out.append(f"nonlinear damping (damping polynomial) on joints {hit}")
+    # equality softness: rbjax holds equalities exactly; MuJoCo's default softness is its
+    # solver's regularization, a file that sets its own asks for a compliant element
+    if not off["EQUALITY"] and not off["CONSTRAINT"]:
+        soft = []
+        for e in range(m.neq):
+            weld = int(m.eq_type[e]) == int(mujoco.mjtEq.mjEQ_WELD)
+            if (
+                not np.allclose(m.eq_solref[e], _SOLREF)
+                or not np.allclose(m.eq_solimp[e], _SOLIMP)
+                or (weld and m.eq_data[e, 10] != 1.0)
+            ):
+                soft.append(_name(m, mujoco.mjtObj.mjOBJ_EQUALITY, e, f"equality{e}"))
+        if soft:
+            out.append(
+                f"softness of equalities {soft} (solref/solimp/torquescale other than "
+                "MuJoCo's defaults; rbjax holds them exactly)"
+            )
+    if int(m.opt.enableflags) & int(getattr(mujoco.mjtEnableBit, "mjENBL_SLEEP", 0)):
+        out.append("sleeping (option flag sleep: MuJoCo freezes trees at rest)")
     return out
+
+
+# MuJoCo's default constraint softness (mj_defaultSolRefImp)
+_SOLREF = (0.02, 1.0)
+_SOLIMP = (0.9, 0.95, 0.001, 0.5, 2.0)
 
 
 def _dofs(m, j, field):
