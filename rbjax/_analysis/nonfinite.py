@@ -19,6 +19,10 @@ The safe pattern for a user force: keep the singular point out of BOTH branches 
     r2 = jnp.sum(x * x)
     safe = jnp.where(r2 > 0, r2, 1.0)
     norm = jnp.where(r2 > 0, jnp.sqrt(safe), 0.0)
+
+The same replay runs on any list of steps (:func:`replay_steps`: per-step times and sizes),
+which is how :func:`rbjax.identify` diagnoses a non-finite gradient of its objective before it
+raises :class:`NonfiniteGradientError` (rbjax/_identify/gradient_check.py).
 """
 
 from __future__ import annotations
@@ -31,18 +35,23 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import validates_inputs
+from .._gradient_guard import SAFE_WHERE
 from .._integrators import RK4, AbstractIntegrator
 from .._model import require_model
 from .._results import RESULTS
 from .._rollout import Trajectory, rollout
 from .._state import State
 
-SAFE_WHERE = (
-    "look for a function with an infinite derivative at a point the motion reaches (sqrt at "
-    "0, the norm of a zero vector, x/|x|, arccos at ±1) in a user force, constraint or loss, "
-    "and keep that point out of both branches of a jnp.where: r2 = jnp.sum(x * x); "
-    "safe = jnp.where(r2 > 0, r2, 1.0); norm = jnp.where(r2 > 0, jnp.sqrt(safe), 0.0)"
-)
+
+class NonfiniteGradientError(ValueError):
+    """Raised instead of returning a non-finite gradient to an optimiser (by
+    :func:`rbjax.identify` with ``nonfinite="raise"``, the default). A ValueError whose message
+    says where the gradient turned non-finite and ends with the fix; ``diagnosis`` is the
+    :class:`NonfiniteGradient` of the replayed backward pass at the offending parameters."""
+
+    def __init__(self, message: str, diagnosis: NonfiniteGradient):
+        super().__init__(message)
+        self.diagnosis = diagnosis
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,8 +128,6 @@ def nonfinite_gradient(
 
 
 def _replay(model, traj: Trajectory, dt, integrator, loss):
-    dyn, static = eqx.partition(model, eqx.is_inexact_array)
-
     def total(q, u):
         return loss(_with(traj, q, u))
 
@@ -131,17 +138,55 @@ def _replay(model, traj: Trajectory, dt, integrator, loss):
     if not finite_loss.all():
         k = int(np.flatnonzero(~finite_loss)[-1])
         where = _components(model, "q", gq[k]) + _components(model, "u", gu[k])
-        return _report(model, traj, -1, k, where, (), "the loss's own derivative")
+        return _report(model, traj.t, -1, k, where, (), "the loss's own derivative")
+    n = traj.q.shape[0] - 1
+    h = jnp.full((n,), dt, traj.q.dtype)
+    found = replay_steps(model, integrator, traj.t[:-1], traj.q, traj.u, h, gq, gu)
+    if found is None:
+        return None
+    k, where = found
+    forces = _bad_forces(model, traj.t[k], traj[k])
+    return _report(model, traj.t, k, k, where, forces, f"step {k}")
 
-    def one(d, t, q, u):
+
+def replay_steps(model, integrator, t, q, u, h, gq, gu):
+    """The backward pass of n steps replayed one at a time: step k advances the state
+    (t[k], q[k], u[k]) by h[k] (t (n,), h (n,); q, u (n + 1, nb, 7) ONE system's states),
+    and (gq, gu) (n + 1, nb, 7) is the loss's derivative with respect to each state. Returns
+    None, or (k, where): the first step, in backward order, whose backward pass turned finite
+    cotangents into non-finite ones, and the non-finite components ("q[body, k]", "u[body,
+    k]" of the state before it, or model leaves)."""
+    n = q.shape[0] - 1
+    if n == 0:
+        return None
+    ks, ok_in, ok_state, ok_model, bq, bu = _backward(model, integrator, t, q, u, h, gq, gu)
+    ok_in, ok_state = np.asarray(ok_in), np.asarray(ok_state)
+    ok_all_model = np.all(np.stack([np.asarray(x) for x in jax.tree.leaves(ok_model)]), axis=0)
+    turned = ok_in & ~(ok_state & ok_all_model)
+    if not turned.any():
+        return None
+    i = int(np.flatnonzero(turned)[0])  # backward order: the latest step first
+    where = _components(model, "q", bq[i]) + _components(model, "u", bu[i])
+    dyn = eqx.filter(model, eqx.is_inexact_array)
+    where += _leaf_names(dyn, jax.tree.map(lambda x: bool(np.asarray(x)[i]), ok_model))
+    return int(ks[i]), where
+
+
+@eqx.filter_jit
+def _backward(model, integrator, t, q, u, h, gq, gu):
+    """The scan of :func:`replay_steps` (one compiled program per model structure and step
+    count): per step in backward order, whether its incoming cotangent, its state cotangent
+    and each model leaf's cotangent are finite, and the state cotangents."""
+    dyn, static = eqx.partition(model, eqx.is_inexact_array)
+
+    def one(d, t, q, u, h):
         m = eqx.combine(d, static)
-        out = integrator.step(m, State(t=t, q=q, u=u), dt)
+        out = integrator.step(m, State(t=t, q=q, u=u), h)
         return out.q, out.u
 
     def back(carry, k):
         cq, cu = carry
-        t, q, u = traj.t[k], traj.q[k], traj.u[k]
-        _, pull = jax.vjp(lambda d, q, u: one(d, t, q, u), dyn, q, u)
+        _, pull = jax.vjp(lambda d, qq, uu: one(d, t[k], qq, uu, h[k]), dyn, q[k], u[k])
         cd, bq, bu = pull((cq, cu))
         ok_in = jnp.all(jnp.isfinite(cq)) & jnp.all(jnp.isfinite(cu))
         ok_state = jnp.all(jnp.isfinite(bq)) & jnp.all(jnp.isfinite(bu))
@@ -149,28 +194,19 @@ def _replay(model, traj: Trajectory, dt, integrator, loss):
         new = (bq + gq[k], bu + gu[k])
         return new, (ok_in, ok_state, ok_model, bq, bu)
 
-    n = traj.q.shape[0] - 1
+    n = q.shape[0] - 1
     ks = jnp.arange(n - 1, -1, -1)
-    _, (ok_in, ok_state, ok_model, bq, bu) = jax.lax.scan(back, (gq[n], gu[n]), ks)
-    ok_in, ok_state = np.asarray(ok_in), np.asarray(ok_state)
-    ok_all_model = np.all(np.stack([np.asarray(x) for x in jax.tree.leaves(ok_model)]), axis=0)
-    turned = ok_in & ~(ok_state & ok_all_model)
-    if not turned.any():
-        return None
-    i = int(np.flatnonzero(turned)[0])  # backward order: the latest step first
-    k = int(ks[i])
-    where = _components(model, "q", bq[i]) + _components(model, "u", bu[i])
-    where += _leaf_names(dyn, jax.tree.map(lambda x: bool(np.asarray(x)[i]), ok_model))
-    return _report(model, traj, k, k, where, _bad_forces(model, traj, k), f"step {k}")
+    _, out = jax.lax.scan(back, (gq[n], gu[n]), ks)
+    return (ks, *out)
 
 
 def _with(traj: Trajectory, q, u) -> Trajectory:
     return eqx.tree_at(lambda tr: (tr.q, tr.u), traj, (q, u))
 
 
-def _bad_forces(model, traj: Trajectory, k: int) -> tuple[str, ...]:
-    """Forces whose own backward pass (of their wrench) is non-finite at saved state k."""
-    t, state = traj.t[k], traj[k]
+def _bad_forces(model, t, state: State) -> tuple[str, ...]:
+    """Forces whose own backward pass (of their wrench) is non-finite at ``state`` (ONE
+    system) and time ``t``."""
     bad = []
     for i, f in enumerate(model.forces):
 
@@ -185,8 +221,8 @@ def _bad_forces(model, traj: Trajectory, k: int) -> tuple[str, ...]:
     return tuple(bad)
 
 
-def _report(model, traj, step, saved, where, forces, what) -> NonfiniteGradient:
-    time = float(traj.t[max(step, 0)]) if step >= 0 else float(traj.t[saved])
+def _report(model, times, step, saved, where, forces, what) -> NonfiniteGradient:
+    time = float(times[max(step, 0)]) if step >= 0 else float(times[saved])
     at = (
         f"the derivative of the loss with respect to saved state {saved} (t = {time:.6g} s)"
         if step < 0

@@ -7,7 +7,8 @@ API
 -> IdentificationResult``. One concept per module: observations.py, sensors.py,
 references.py, measurements.py, quantities.py (physical units by the delta method),
 shooting.py (schedule and segment states), problem.py (the compiled residuals), solvers.py,
-linesearch.py, covariance.py (uncertainty and identifiability), result.py, identify.py.
+linesearch.py, covariance.py (uncertainty and identifiability), gradient_check.py (a
+non-finite gradient: stop and diagnose), result.py, identify.py.
 
 * ``build(params) -> (model, state0)``: the user's map from ANY parameter pytree to a model
   and ONE initial state; the user chooses the parameterisation (``rbjax.Positive`` masses and
@@ -96,7 +97,11 @@ relative step AND a small relative decrease together; then Gauss–Newton steps 
 point check it, and ``converged`` means they cannot lower the loss by more than
 ½ (0.01)² max(χ²_red, 1) (within 0.01 standard errors of a minimum). A non-finite loss at an
 iterate raises ``ValueError`` naming the optimiser step; non-finite trial points of a line
-search (or of an LM step) count as too long a step.
+search (or of an LM step) count as too long a step. A finite loss with a non-finite gradient
+or Jacobian at the initial guess or at an accepted iterate is never handed to the optimiser:
+``nonfinite="raise"`` (default) raises ``rbjax.NonfiniteGradientError`` with the diagnosis of
+``rbjax.nonfinite_gradient`` replayed on the identification's own steps, ``"result"`` returns
+the result there (gradient_check.py).
 
 Uncertainty and identifiability
 -------------------------------

@@ -15,10 +15,12 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from .._analysis.mobility import mobility
+from .._analysis.nonfinite import NonfiniteGradient
 from .._errors import fail, validates_inputs
 from .._integrators import AbstractIntegrator
 from .._state import State
 from .covariance import covariance, eliminate_segments
+from .gradient_check import NONFINITE, NonfiniteIterate, gradient_finite, nonfinite_error
 from .measurements import Measurements
 from .problem import (
     Problem,
@@ -72,6 +74,7 @@ def identify(
     gtol: float = 1e-10,
     rtol_identifiable: float | None = None,
     autodiff: Literal["auto", "forward", "reverse"] = "auto",
+    nonfinite: Literal["raise", "result"] = "raise",
 ) -> IdentificationResult:
     """Fit the free leaves of ``params0`` (and, with ``shooting``, the states at the starts of
     segments 1..S−1) to ``data`` by minimising the whitened least squares ½‖(h(x(t_k; θ)) − y_k)
@@ -95,8 +98,24 @@ def identify(
     max(1e-10, 1000 ε): 1e-10 in float64, 1.2e-4 in float32). ``autodiff``: ``"forward"``
     (residual Jacobian by ``jacfwd`` at every evaluation), ``"reverse"`` (gradients by reverse
     mode) or ``"auto"`` (forward up to 64 free scalars; LevenbergMarquardt always forward).
+    ``nonfinite``: what to do when the loss is finite but its gradient (or Jacobian) is not, at
+    the initial guess or at an iterate an optimiser accepted (a trial point of a line search
+    is rejected instead, as too long a step): ``"raise"`` (default) raises
+    :class:`rbjax.NonfiniteGradientError`, ``"result"`` returns the result at that point with
+    ``converged=False``, ``criterion="nonfinite gradient"`` and NaN covariance; either way with
+    the diagnosis of :func:`rbjax.nonfinite_gradient` replayed on the identification's own
+    steps at those parameters (``error.diagnosis`` / ``result.diagnosis``: the step, the state
+    components and the forces; rbjax/_identify/gradient_check.py). ``converged`` is never True
+    at non-finite parameters or gradient.
     """
     solver = as_solver(solver)
+    if nonfinite not in NONFINITE:
+        fail(
+            "identify(nonfinite)",
+            nonfinite,
+            "is not 'raise' or 'result'",
+            "pass nonfinite='raise' (stop with NonfiniteGradientError) or 'result'",
+        )
     if isinstance(max_steps, (bool, np.bool_)) or not isinstance(max_steps, (int, np.integer)):
         max_steps = -1
     if max_steps < 0:
@@ -140,6 +159,9 @@ def identify(
             "diverged at optimiser step 0, or a prediction is NaN). Fix: check params0 and "
             "build, reduce dt, or split the horizon with shooting=rbjax.Shooting(segments=S)."
         )
+    stop = None  # (iterate, optimiser step, loss history) where the gradient is not finite
+    if not gradient_finite(start):
+        stop = (start, 0, [start.f])
     crit = Criteria(
         float(tol),
         float(xtol),
@@ -149,14 +171,26 @@ def identify(
     )
     objective = Objective(lambda flat: evaluate(flat, problem), problem, template)
     with jax.numpy_dtype_promotion("standard"):  # optax mixes int32/int64 counters
-        if max_steps == 0:
+        if stop is not None:
+            pass
+        elif max_steps == 0:
             run = Run(start, [start.f], False, "max_steps = 0: evaluated at params0", "not run")
         else:
-            run = solver.run(objective, start, int(max_steps), crit)
+            try:
+                run = solver.run(objective, start, int(max_steps), crit)
+            except NonfiniteIterate as e:
+                stop = (e.it, e.step, e.history)
+    diagnosis = None
+    if stop is not None:
+        error = nonfinite_error(problem, template, stop[0], stop[1], raising=nonfinite == "raise")
+        if nonfinite == "raise":
+            raise error
+        diagnosis = error.diagnosis
+        run = Run(stop[0], stop[2], False, str(error), "nonfinite gradient")
     last = _with_jacobian(run.last, problem, template, mode)
     chi2 = _reduced_chi2(last.payload[0], data, p_phys)
     check = None
-    if max_steps > 0:
+    if max_steps > 0 and diagnosis is None:
         evaluate_j = _host_objective("forward", template, calls) if mode != "forward" else evaluate
         check = gauss_newton_check(lambda flat: evaluate_j(flat, problem), last, crit, chi2)
         if run.converged and not check.passed:
@@ -172,9 +206,11 @@ def identify(
                 stacklevel=3,
             )
             run = run._replace(converged=False, message=msg)
+    if run.converged and not (np.all(np.isfinite(last.flat)) and gradient_finite(last)):
+        run = run._replace(converged=False)  # never "converged" at a NaN (a safeguard)
     run = run._replace(last=last)
     rtol = float(rtol_identifiable)
-    return _result(run, problem, template, data, p_phys, rtol, check, spec, calls[0])
+    return _result(run, problem, template, data, p_phys, rtol, check, spec, calls[0], diagnosis)
 
 
 def _column_scale(jac, p: int) -> np.ndarray:
@@ -293,6 +329,7 @@ def _result(
     check: Check | None,
     spec,
     evaluations: int,
+    diagnosis: NonfiniteGradient | None = None,
 ) -> IdentificationResult:
     """Gauss–Newton covariance and identifiability at the estimate, residuals per
     observation, reduced χ² and the segment states."""
@@ -303,8 +340,13 @@ def _result(
     if problem.n_seg > 1:
         jac = eliminate_segments(jac, n_data, p_phys)
     rho = rounding(problem, r.size, flat.dtype)[:n_data]
-    unc = covariance(jac, rtol, names, flat[:p_phys], rho)
-    cov, described = unc.covariance, unc.described
+    pinv = null = scale = None
+    if np.all(np.isfinite(jac)):
+        unc = covariance(jac, rtol, names, flat[:p_phys], rho)
+        cov, described = unc.covariance, unc.described
+        pinv, null, scale = unc.pinv, unc.null, unc.scale
+    else:  # stopped at a non-finite Jacobian (identify(nonfinite="result")): no covariance
+        cov, described = np.full((p_phys, p_phys), np.nan), ()
     flat_dyn, unravel_dyn = ravel_pytree(dyn)
     std_tree = unravel_dyn(jnp.asarray(np.sqrt(np.diag(cov)), flat_dyn.dtype))
     params = eqx.combine(dyn, problem.fixed)
@@ -339,13 +381,16 @@ def _result(
         unidentifiable=described,
         message=run.message,
         criterion=run.criterion,
-        gradient_test=gradient_test(run.last, rounding(problem, r.size, flat.dtype)),
+        gradient_test=float("nan")
+        if diagnosis is not None
+        else gradient_test(run.last, rounding(problem, r.size, flat.dtype)),
         gauss_newton_decrease=float("nan") if check is None else check.predicted,
-        covariance_identifiable=unc.pinv,
-        null_directions=unc.null,
-        parameter_scale=unc.scale,
+        covariance_identifiable=pinv,
+        null_directions=null,
+        parameter_scale=scale,
         free=spec,
-        hints=hints(params, spec, unc.null, unc.scale),
+        hints=() if null is None or scale is None else hints(params, spec, null, scale),
         sigmas=tuple(np.asarray(o.sigma) for o in data.observations),
         evaluations=int(evaluations),
+        diagnosis=diagnosis,
     )

@@ -84,6 +84,13 @@ def _integrate(problem: Problem, model, init: State):
 def residual_vector(problem: Problem, x):
     """Whitened residuals r(θ) (observations in order, then continuity) and auxiliary output
     (segment end states for the initialisation, the simulation's success flag)."""
+    return observe(problem, *simulate(problem, x))
+
+
+def simulate(problem: Problem, x):
+    """The simulation part of :func:`residual_vector`: (params, model, init (the segment start
+    states, State (S, nb, 7)), the segment starts 1..S−1 or None, every state of every segment
+    qs, us (S, n + 1, nb, 7), the integrator's success flag)."""
     dyn, seg = x
     params = _params(problem, dyn)
     model, st0 = problem.build(params)
@@ -96,6 +103,12 @@ def residual_vector(problem: Problem, x):
         rest, init = None, first
     init = State(t=jnp.broadcast_to(init.t, init.q.shape[:1]).astype(dtype), q=init.q, u=init.u)
     qs, us, ok = _integrate(problem, model, init)
+    return params, model, init, rest, qs, us, ok
+
+
+def observe(problem: Problem, params, model, init: State, rest, qs, us, ok):
+    """The residuals of the simulated states (:func:`simulate`): (r, segment end states)."""
+    dtype = init.q.dtype
     qf = qs.reshape((-1,) + qs.shape[2:])
     uf = us.reshape((-1,) + us.shape[2:])
     tf = jnp.concatenate([init.t[:, None], problem.ts.astype(dtype)], axis=1).reshape(-1)

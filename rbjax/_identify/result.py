@@ -8,6 +8,7 @@ from typing import Any
 import equinox as eqx
 import numpy as np
 
+from .._analysis.nonfinite import NonfiniteGradient
 from .._state import State
 from .quantities import Quantities, propagate
 
@@ -20,7 +21,8 @@ class IdentificationResult(eqx.Module):
       at the initial guess and after every optimiser step), ``steps``.
     * ``converged``: True only when a stopping rule that implies a minimum fired
       (``criterion``: "gradient", "step and reduction" or "precision limit"; the others are
-      "max_steps", "line search", "damping", "not run") AND the Gauss–Newton check passed:
+      "max_steps", "line search", "damping", "not run", "nonfinite gradient") AND the
+      Gauss–Newton check passed:
       from the estimate, Gauss–Newton steps cannot lower the loss by more than
       ½ (0.01)² max(χ²_red, 1) (the estimate is within 0.01 standard errors of a minimum;
       rbjax/_identify/solvers.py). ``message`` says why the optimiser stopped and, when the
@@ -51,6 +53,10 @@ class IdentificationResult(eqx.Module):
     * ``segment_states`` (multiple shooting): the fitted states at the starts of segments
       1..S−1 (a batched State), and ``continuity_gaps``: the largest |gap| of position [m],
       rotation [rad], velocity [m/s] and angular velocity [rad/s] at the estimate.
+    * ``diagnosis``: with ``identify(..., nonfinite="result")``, where the gradient of the loss
+      turned non-finite (a :class:`rbjax.NonfiniteGradient`; ``criterion`` is then
+      "nonfinite gradient", ``params`` the offending parameters, the covariance NaN); None
+      otherwise.
     """
 
     params: Any
@@ -78,6 +84,7 @@ class IdentificationResult(eqx.Module):
     hints: tuple[str, ...] = eqx.field(static=True, default=())
     evaluations: int = eqx.field(static=True, default=0)
     sigmas: tuple[np.ndarray, ...] = ()
+    diagnosis: NonfiniteGradient | None = eqx.field(static=True, default=None)
 
     def noise(self) -> tuple[np.ndarray, ...]:
         """The noise standard deviation each observation's residuals imply, per component, in

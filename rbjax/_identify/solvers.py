@@ -30,6 +30,10 @@ when one of these holds, and only the first two can mean convergence:
   problem is solved to working precision);
 * ``max_steps`` reached, the line search or the damping failed: not converged.
 
+An accepted iterate whose loss is finite but whose gradient or Jacobian is not stops every
+solver (``NonfiniteIterate``, rbjax/_identify/gradient_check.py): :func:`rbjax.identify`
+raises or reports it, never passes the NaN on.
+
 Whatever stopped the optimiser, :func:`rbjax.identify` then checks the end point with
 Gauss–Newton steps (:func:`gauss_newton_check`); "converged" is reported only when they cannot
 lower the loss by more than the tolerance.
@@ -50,6 +54,7 @@ import optax
 
 from .._errors import fail, validates_inputs
 from .covariance import visible
+from .gradient_check import NonfiniteIterate, gradient_finite
 from .linesearch import line_search
 from .problem import Problem, residual_vector, unravel
 
@@ -120,6 +125,8 @@ def _accepted(it, prev: Iterate, k: int, history: list, crit) -> Run | None:
     if not np.isfinite(it.f):
         _diverged(k + 1)
     history.append(it.f)
+    if not gradient_finite(it):  # never hand a NaN gradient or Jacobian to the optimiser
+        raise NonfiniteIterate(it, k + 1, history)
     old = prev.f
     step = float(np.linalg.norm(crit.scale * (it.flat - prev.flat)))
     size = float(np.linalg.norm(crit.scale * prev.flat))
@@ -239,7 +246,7 @@ def gauss_newton_check(evaluate_j, it: Iterate, crit: Criteria, chi2: float, ste
             break
         for _halving in range(13):
             f_new, g_new, payload_new = evaluate_j(cur.flat + delta)
-            if np.isfinite(f_new) and f_new < cur.f:
+            if np.isfinite(f_new) and f_new < cur.f and np.all(np.isfinite(payload_new[1])):
                 break
             delta = 0.5 * delta
         else:
@@ -353,6 +360,8 @@ def run_plain(evaluate, opt, it: Iterate, max_steps, crit: Criteria) -> Run:
         if not np.isfinite(it.f):
             _diverged(k + 1)
         history.append(it.f)
+        if not gradient_finite(it):
+            raise NonfiniteIterate(it, k + 1, history)
         if k >= 10 and abs(history[-11] - it.f) <= 10 * crit.tol * history[-11]:
             # a first-order method's steps do not shrink to zero (a fixed learning rate):
             # the change over 10 steps stops it, and the Gauss–Newton check decides
