@@ -112,6 +112,13 @@ class AbstractForce(eqx.Module):
         None (the default) for a force that does not derive from a potential."""
         return None
 
+    def _engine_energy_scale(self, model, t, q) -> Array | None:
+        """The magnitude of the terms :meth:`_engine_potential` is computed from, shape
+        (*batch,) [J] (a spring's ½ k (x² + x0²) where V = ½ k (x − x0)²): the energy
+        monitor's rounding floor (rbjax/_engine/monitors.py). Default: |V|, None without V."""
+        v = self._engine_potential(model, t, q)
+        return None if v is None else jnp.abs(v)
+
     def _energy_balance(self, model) -> str | None:
         """Static, from the structure of ``model`` and concrete values only: "conservative"
         when the force is exactly the gradient of :meth:`_engine_potential` on every motion

@@ -233,38 +233,45 @@ def _placed(q, b, s, free=True):
     return point(qb, s) if free else cf.transform(qb[3:7], s)
 
 
-def tsda_potential(force, model, t, q) -> Array:
+def _spring_energy(k, x, x0, scale: bool) -> Array:
+    """½ k (x − x0)², or with ``scale`` the magnitude of its terms ½ k (x² + x0²): what its
+    rounding is relative to (a spring at rest length has V = 0 but a stretch x − x0 rounded
+    to ε x0, which a step turns into ε-sized motion; rbjax/_engine/monitors.py)."""
+    if scale:
+        return (0.5 * k * (x * x + x0 * x0))[..., 0]
+    stretch = x - x0
+    return (0.5 * k * stretch * stretch)[..., 0]
+
+
+def tsda_potential(force, model, t, q, scale: bool = False) -> Array:
     """V = ½ k (l − l0)² [J], (*batch,), of rbjax.TranslationalSpringDamper: the potential of
     its spring term k (l − l0) e (ME751 TSDA, Negrut ME751). l by the same double ``where`` as
     the force, so ∂V/∂d = k (l − l0) e away from l = 0 and 0 at l = 0, where the force is
-    k d = 0."""
+    k d = 0. ``scale``: ½ k (l² + l0²) instead (:func:`_spring_energy`)."""
     d = _placed(q, force.body_j, force.s_j) - _placed(q, force.body_i, force.s_i)
     l2 = cf.dot3(d, d)
     safe = l2 > 0.0
     length = jnp.where(safe, jnp.sqrt(jnp.where(safe, l2, 1.0)), 0.0)
     k = jnp.asarray(force.stiffness, q.dtype)
-    stretch = length - jnp.asarray(force.rest_length, q.dtype)
-    return (0.5 * k * stretch * stretch)[..., 0]
+    return _spring_energy(k, length, jnp.asarray(force.rest_length, q.dtype), scale)
 
 
-def rsda_potential(force, model, t, q) -> Array:
+def rsda_potential(force, model, t, q, scale: bool = False) -> Array:
     """V = ½ k (θ − θ0)² [J], (*batch,), of rbjax.RotationalSpringDamper, θ the principal
-    value of :func:`rsda_geometry` (ME751 RSDA, Negrut ME751)."""
+    value of :func:`rsda_geometry` (ME751 RSDA, Negrut ME751). ``scale``: ½ k (θ² + θ0²)."""
     _, _, _, theta, _ = rsda_geometry(force, q, jnp.zeros_like(q))
     k = jnp.asarray(force.stiffness, q.dtype)
-    bend = theta - jnp.asarray(force.rest_angle, q.dtype)
-    return (0.5 * k * bend * bend)[..., 0]
+    return _spring_energy(k, theta, jnp.asarray(force.rest_angle, q.dtype), scale)
 
 
-def axial_potential(force, model, t, q) -> Array:
+def axial_potential(force, model, t, q, scale: bool = False) -> Array:
     """V = ½ k (x − x0)² [J], (*batch,), of rbjax.AxialSpringDamper, x = zᵀ (P_j − P_i) with
-    the unit axis z = A_i ā_i / |A_i ā_i|."""
+    the unit axis z = A_i ā_i / |A_i ā_i|. ``scale``: ½ k (x² + x0²)."""
     z = _placed(q, force.body_i, force.axis_i, free=False)
     z = z / jnp.sqrt(cf.dot3(z, z))
     x = cf.dot3(z, _placed(q, force.body_j, force.s_j) - _placed(q, force.body_i, force.s_i))
     k = jnp.asarray(force.stiffness, q.dtype)
-    stretch = x - jnp.asarray(force.rest_length, q.dtype)
-    return (0.5 * k * stretch * stretch)[..., 0]
+    return _spring_energy(k, x, jnp.asarray(force.rest_length, q.dtype), scale)
 
 
 def _group_key(force):
@@ -340,9 +347,45 @@ def total_resultants(model, t, q, u) -> Resultants:
     g = system_vector(model.gravity, q)
     zero3 = jnp.zeros((3,) + q.shape[1:], q.dtype)
     total = Resultants(F=model.mass * g + zero3, S=jnp.zeros(q.shape[1:], q.dtype), M=zero3)
-    for group in _force_groups(model.forces):
+    return _add_forces(total, model.forces, model, t, q, u)
+
+
+def _add_forces(total: Resultants, forces, model, t, q, u) -> Resultants:
+    for group in _force_groups(forces):
         if len(group) > 1:
             total = total + _group_resultants(group, model, t, q, u)
         else:
             total = total + group[0]._engine_resultants(model, t, q, u)
     return total
+
+
+# ------------------------------------------------------------ power and energy scales
+
+
+def power(forces, model, t, q, u) -> Array:
+    """The power [W], (*batch,), of ``forces`` (a sequence of the model's forces) that no
+    potential accounts for:
+
+        P = Σ_b (Fᵀ v + S_C ν + M_Cᵀ ω)_b + Σ_f dV_f/dt,
+
+    the first sum the power of their resultants on u = (v, ν, ω) (Möller & Glocker 2012,
+    eq. (92) with δu = u: the generalized force (F, S_C, M_C) is conjugate to u, and the
+    gyroscopic terms of eq. (93) do no work, so dT/dt = that power), the second the rate of
+    the potentials V_f that :func:`rbjax.potential_energy` counts in E (a spring–damper's
+    spring: what is left is its damping and actuator power), by a jvp along
+    (ṫ, q̇) = (1, Q⁻¹ u). Then d(T + V)/dt = P for a model whose joints do not depend on
+    time (their reactions do no work)."""
+    zero3 = jnp.zeros((3,) + q.shape[1:], q.dtype)
+    none = Resultants(F=zero3, S=jnp.zeros(q.shape[1:], q.dtype), M=zero3)
+    res = _add_forces(none, forces, model, t, q, u)
+    p = cf.dot3(res.F, u[0:3]) + res.S * u[3] + cf.dot3(res.M, u[4:7])
+    p = jnp.sum(p, axis=-1)
+    potentials = [f for f in forces if f._engine_potential(model, t, q) is not None]
+    if potentials:
+
+        def v(tt, qq):
+            return sum(f._engine_potential(model, tt, qq) for f in potentials)
+
+        qdot = model.formulation._engine_kinematics(q, u)
+        p = p + jax.jvp(v, (t, q), (jnp.ones_like(t), qdot))[1]
+    return p

@@ -21,6 +21,9 @@ _OK, _NONFINITE, _SOLVER_FAILED, _IMPLAUSIBLE = (
     int(RESULTS.implausible),
 )
 
+# the accumulated work a deferred monitor Spec returns (rbjax/_engine/monitors.py work_value)
+_WORK = ("work", "absolute_work", "power")
+
 # Systems per cache-sized piece of a batched mechanism rollout: the double pendulum runs at
 # 0.30 M steps/s at B = 64 against 0.11 M at B = 1024 unchunked (benchmarks/mechanisms.py).
 DEFAULT_CHUNK = 64
@@ -76,7 +79,10 @@ def integrate(
     ``monitors`` (a :class:`rbjax._engine.monitors.Spec` or None) are evaluated after the loop
     on every saved state; a system exceeding a limit gets ``RESULTS.implausible`` with the last
     step of the saved chunk where it was first seen as its failed step (rbjax/_monitors.py),
-    unless it failed earlier."""
+    unless it failed earlier. The loop accumulates the work of the forces the energy balance
+    needs (``monitors.work``: one power evaluation per step); with ``monitors.deferred`` the
+    monitor values are instead {"work": W, "absolute_work": A, "power": P}, (T, *batch) at
+    the saved states (rbjax/_engine/monitors.py ``work_value``), for a later :func:`watch`."""
     f = model.formulation
     inner = checkpoint if checkpoint and save_every % checkpoint == 0 else 0
     outer = checkpoint // save_every if checkpoint and not inner else 0
@@ -85,10 +91,11 @@ def integrate(
         return jnp.all(jnp.isfinite(q), axis=(0, -1)) & jnp.all(jnp.isfinite(u), axis=(0, -1))
 
     def one_step(carry, _):
-        t, q, u, ok_all, accs = carry
+        t, q, u, ok_all, accs, wk = carry
         t1, q1, u1, ok = integrator._engine_step(model, t, q, u, h)
         accs = measure.update(measures, accs, model, (t, q, u), (t1, q1, u1), h)
-        return (t1, q1, u1, ok_all & ok, accs), None
+        wk = monitor.work_step(monitors, model, wk, (t1, q1, u1), h)
+        return (t1, q1, u1, ok_all & ok, accs, wk), None
 
     def save(t, q, u):
         out = (t[..., 0], jnp.moveaxis(q, 0, -1), jnp.moveaxis(u, 0, -1))
@@ -104,46 +111,58 @@ def integrate(
     per_step = bool(model.joints)
 
     def checked_step(carry, k):
-        t, q, u, ok_all, first, accs = carry
+        t, q, u, ok_all, first, accs, wk = carry
         t1, q1, u1, ok = integrator._engine_step(model, t, q, u, h)
         good = ok & finite(q1, u1)
         first = jnp.where((first < 0) & ~good, k, first)
         accs = measure.update(measures, accs, model, (t, q, u), (t1, q1, u1), h)
-        return (t1, q1, u1, ok_all & ok, first, accs), None
+        wk = monitor.work_step(monitors, model, wk, (t1, q1, u1), h)
+        return (t1, q1, u1, ok_all & ok, first, accs, wk), None
+
+    def saved_work(wk):  # (W, A, P) at a saved state, or nothing
+        return () if wk is None else monitor.work_value(wk, h)
 
     def chunk(carry, i):
-        t, q, u, code, fchunk, accs = carry
+        t, q, u, code, fchunk, accs, wk = carry
         ok0 = jnp.ones(code.shape, bool)
         if per_step:
             ks = i * save_every + jnp.arange(save_every, dtype=jnp.int32)
-            (_, q, u, ok, first, accs), _ = grouped_scan(
-                checked_step, (t, q, u, ok0, fchunk, accs), ks, save_every, inner
+            (_, q, u, ok, first, accs, wk), _ = grouped_scan(
+                checked_step, (t, q, u, ok0, fchunk, accs, wk), ks, save_every, inner
             )
             fin = finite(q, u)
             new = (code == _OK) & ~(fin & ok)
             code = jnp.where(new, jnp.where(fin, _SOLVER_FAILED, _NONFINITE), code)
             t = t_start + ((i + 1) * save_every).astype(h.dtype) * h
-            return (t, q, u, code, first, accs), save(t, q, u)
-        (_, q, u, ok, accs), _ = grouped_scan(
-            one_step, (t, q, u, ok0, accs), None, save_every, inner
+            return (t, q, u, code, first, accs, wk), (save(t, q, u), saved_work(wk))
+        (_, q, u, ok, accs, wk), _ = grouped_scan(
+            one_step, (t, q, u, ok0, accs, wk), None, save_every, inner
         )
         t = t_start + ((i + 1) * save_every).astype(h.dtype) * h  # t0 + k h, not a running sum of h
         fin = finite(q, u)
         new = (code == _OK) & ~(fin & ok)
         code = jnp.where(new, jnp.where(fin, _SOLVER_FAILED, _NONFINITE), code)
         fchunk = jnp.where(new, i, fchunk)
-        return (t, q, u, code, fchunk, accs), save(t, q, u)
+        return (t, q, u, code, fchunk, accs, wk), (save(t, q, u), saved_work(wk))
 
     t_start = t
     code0 = jnp.zeros(batch, jnp.int32)
     chunk0 = jnp.full(batch, -1, jnp.int32)
     n_save = n_steps // save_every
     accs0 = measure.init(measures, model, t, q, u)
-    carry, saved = grouped_scan(
-        chunk, (t, q, u, code0, chunk0, accs0), jnp.arange(n_save, dtype=jnp.int32), n_save, outer
+    wk0 = monitor.work_init(monitors, model, t, q, u)
+    carry, (saved, work) = grouped_scan(
+        chunk,
+        (t, q, u, code0, chunk0, accs0, wk0),
+        jnp.arange(n_save, dtype=jnp.int32),
+        n_save,
+        outer,
     )
     first = save(t, q, u)
     saved = tuple(jnp.concatenate([a[None], b], axis=0) for a, b in zip(first, saved, strict=True))
+    work = tuple(  # (W, A, P) at every saved state, the initial one first
+        jnp.concatenate([a[None], b], axis=0) for a, b in zip(saved_work(wk0), work, strict=True)
+    )
     fail_code, fchunk = carry[3], carry[4]
     values = measure.finish(measures, carry[5], model, integrator, h, carry[:3])
 
@@ -174,19 +193,22 @@ def integrate(
             jnp.any(fail_code != _OK), locate, lambda _: jnp.full(batch, -1, jnp.int32), None
         )
     watched = {}
-    if monitors is not None:  # one vectorised pass over the saved states (after the loop)
+    if monitors is not None and monitors.deferred:  # evaluated by a later program
+        watched: dict[str, jax.Array] = dict(zip(_WORK, work, strict=True))
+    elif monitors is not None:  # one vectorised pass over the saved states (after the loop)
         fail_code, fail_step, watched = watch(
-            monitors, model, saved[:3], fail_code, fail_step, save_every
+            monitors, model, saved[:3], fail_code, fail_step, save_every, h, work or None
         )
     return saved, fail_code, fail_step, values, watched
 
 
-def watch(monitors, model, saved, fail_code, fail_step, save_every):
-    """Apply the plausibility monitors to the saved states (t, q, u) (time axis first): a
-    system becomes implausible where it had not failed, or had failed only later. Returns
-    (code, failed step, worst values)."""
+def watch(monitors, model, saved, fail_code, fail_step, save_every, h=None, work=None):
+    """Apply the plausibility monitors to the saved states (t, q, u) (time axis first; ``h``
+    the step, ``work`` None or the (W, A, P) of :func:`rbjax._engine.monitors.work_value` at
+    the saved states): a system becomes implausible where it had not failed, or had failed
+    only later. Returns (code, failed step, worst values)."""
     t, q, u = saved
-    step, watched = monitor.evaluate(monitors, model, t, q, u, save_every)
+    step, watched = monitor.evaluate(monitors, model, t, q, u, save_every, h, work)
     earlier = (step >= 0) & ((fail_code == _OK) | (step < fail_step))
     fail_code = jnp.where(earlier, _IMPLAUSIBLE, fail_code)
     fail_step = jnp.where(earlier, step, fail_step)
@@ -233,5 +255,6 @@ def chunked(model, t, q, u, batch, size, args):
 
     saved = tuple(join(x, 1) for x in saved)  # (n, T, size, ...) -> (T, B, ...)
     values = jax.tree.map(lambda x: join(x, 0), values)  # (n, size, ...) -> (B, ...)
-    watched = jax.tree.map(lambda x: join(x, 0), watched)
+    deferred = args[-1] is not None and args[-1].deferred  # (n, T, size) work series
+    watched = jax.tree.map(lambda x: join(x, 1 if deferred else 0), watched)
     return saved, join(code, 0), join(step, 0), values, watched
