@@ -8,8 +8,17 @@ One explicit public surface; the implementation lives in private modules. Quater
 import importlib.metadata as _metadata
 
 from . import advanced as advanced, quaternion as quaternion
-from ._actuators import Actuator as Actuator, ControlSequence as ControlSequence
+from ._actuators import (
+    Actuator as Actuator,
+    ControlSequence as ControlSequence,
+    JointActuators as JointActuators,
+)
 from ._analysis.assembly import assemble as assemble
+from ._analysis.change_points import (
+    ChangePoints as ChangePoints,
+    SingularConfigurationWarning as SingularConfigurationWarning,
+    change_points as change_points,
+)
 from ._analysis.gradients import (
     GradientHealth as GradientHealth,
     gradient_health as gradient_health,
@@ -35,6 +44,7 @@ from ._analysis.kinematics import (
 from ._analysis.mobility import Mobility as Mobility, mobility as mobility
 from ._analysis.nonfinite import (
     NonfiniteGradient as NonfiniteGradient,
+    NonfiniteGradientError as NonfiniteGradientError,
     nonfinite_gradient as nonfinite_gradient,
 )
 from ._body import Body as Body

@@ -11,20 +11,21 @@ generalized force on the joint is (MuJoCo documentation, "Actuation model")
 with gain (a₀, a₁, a₂), bias (b₀, b₁, b₂) and the control u(t). A motor is a = (1, 0, 0),
 b = 0; a position servo a = (k_p, 0, 0), b = (0, −k_p, −k_v); a velocity servo a = (k_v, 0, 0),
 b = (0, 0, −k_v). Every number, and the arrays of a control that is an equinox Module, is a
-differentiable leaf.
+differentiable leaf. :class:`JointActuators` sums several actuators of one joint and caps the
+total (MuJoCo's joint-level ``actuatorfrcrange``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ._errors import check_finite, fail, validates_inputs
+from ._errors import Rule, check_finite, enforce, fail, ordered, validates_inputs
 
 
 def _vector(field: str, x, n: int, fix: str):
@@ -35,12 +36,14 @@ def _vector(field: str, x, n: int, fix: str):
 
 
 def _range(field: str, r, fix: str):
-    if r is None:
-        return None
-    r = _vector(field, r, 2, fix)
-    if not float(r[0]) <= float(r[1]):
-        fail(field, r, "has lower bound > upper bound", fix)
-    return r
+    """A finite (low, high) pair or None; low <= high is the class's rule (:func:`_ordered`)."""
+    return None if r is None else _vector(field, r, 2, fix)
+
+
+def _ordered(field: str) -> Rule:
+    """A range (low, high) with low <= high: reversed, ``clip`` would return ``high``
+    everywhere, a constant instead of a limit."""
+    return Rule((field,), ordered, "has lower bound > upper bound", "give (low, high) or None")
 
 
 @validates_inputs
@@ -111,6 +114,9 @@ class Actuator(eqx.Module):
     index: int | None = eqx.field(static=True)
     name: str = eqx.field(static=True)
 
+    # checked at build time and, traced, inside a rollout's program
+    _rules: ClassVar[tuple[Rule, ...]] = (_ordered("ctrl_range"), _ordered("force_range"))
+
     def __init__(
         self,
         *,
@@ -138,6 +144,7 @@ class Actuator(eqx.Module):
         self.control = control
         self.index = None if index is None else int(index)
         self.name = str(name)
+        enforce(self, self.name)
 
     @classmethod
     def motor(cls, *, gear=1.0, control=0.0, **kwargs) -> Actuator:
@@ -174,3 +181,48 @@ class Actuator(eqx.Module):
         if self.force_range is not None:
             force = jnp.clip(force, self.force_range[0], self.force_range[1])
         return self.gear * force
+
+
+@validates_inputs
+class JointActuators(eqx.Module):
+    """Several actuators on one joint coordinate whose total generalized force is capped:
+    MuJoCo's joint-level ``actuatorfrcrange`` (with ``actuatorfrclimited``). The force on the
+    joint is
+
+        τ = clamp( Σ_k τ_k(t, x, ẋ),  force_range ),
+
+    τ_k = g_k · clamp(f_k, force_range_k) the generalized force of each :class:`Actuator`
+    (gear and the actuator's own ``forcerange`` included), so the cap applies to the sum after
+    the gears: MuJoCo clamps ``qfrc_actuator`` per joint DOF after summing the actuators'
+    moment-weighted forces (engine_forward.c, ``mj_fwdActuation``; XML reference,
+    joint/actuatorfrcrange). ``force_range`` None: no cap, the plain sum. It is the
+    ``actuator`` of a :class:`rbjax.RotationalSpringDamper` or :class:`rbjax.AxialSpringDamper`
+    like a single :class:`Actuator`; its numbers are differentiable leaves.
+    """
+
+    actuators: tuple[Actuator, ...]
+    force_range: Float[Array, "2"] | None
+    name: str = eqx.field(static=True)
+
+    _rules: ClassVar[tuple[Rule, ...]] = (_ordered("force_range"),)
+
+    def __init__(self, actuators, *, force_range=None, name: str = "joint"):
+        actuators = tuple(actuators)
+        if not actuators or not all(isinstance(a, Actuator) for a in actuators):
+            fail(
+                f"{name}.actuators",
+                [type(a).__name__ for a in actuators],
+                "is not a non-empty sequence of rbjax.Actuator",
+                "pass the joint's actuators, e.g. (rbjax.Actuator.motor(gear=2.0),)",
+            )
+        self.actuators = actuators
+        self.force_range = _range(f"{name}.force_range", force_range, "give (low, high) or None")
+        self.name = str(name)
+        enforce(self, self.name)
+
+    def __call__(self, t, x, xdot):
+        """The capped total generalized force on the joint at time t, coordinate x, rate ẋ."""
+        tau = sum(a(t, x, xdot) for a in self.actuators)
+        if self.force_range is not None:
+            tau = jnp.clip(tau, self.force_range[0], self.force_range[1])
+        return tau

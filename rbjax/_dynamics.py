@@ -34,7 +34,7 @@ from ._engine import dynamics as dyn, kernels as cf
 from ._engine.forces import total_resultants
 from ._engine.layout import inertia_components, per_system, to_components
 from ._engine.mass import blocks as mass_blocks
-from ._errors import validates_inputs
+from ._errors import Rule, enforce, validates_inputs
 from ._state import State
 
 # ------------------------------------------------------------------------ formulations
@@ -188,11 +188,19 @@ class UdwadiaSchutte(AbstractFormulation):
 
     J0: float | Float[Array, ""] = 1.0
 
+    # checked at build time and, traced, inside a rollout's program (M_u = 4EᵀJE is positive
+    # definite only for J0 > 0)
+    _rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            ("J0",),
+            lambda xp, j0: j0 > 0,
+            "is not > 0",
+            "J0 is an arbitrary positive inertia, e.g. 1.0",
+        ),
+    )
+
     def __check_init__(self):
-        if isinstance(self.J0, (int, float)) and not self.J0 > 0:
-            raise ValueError(
-                f"UdwadiaSchutte.J0 = {self.J0} is not > 0. Fix: J0 is an arbitrary positive inertia, e.g. 1.0."
-            )
+        enforce(self, "UdwadiaSchutte")
 
     def check_model(self, model):
         _rigid_only("UdwadiaSchutte", model)

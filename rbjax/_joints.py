@@ -42,7 +42,7 @@ from jaxtyping import Array, Float
 
 from ._constraints import GROUND, AbstractConstraint, _check_f, _vec, _zero, axis, point
 from ._engine import kernels as cf
-from ._errors import validates_inputs
+from ._errors import Rule, enforce, nonzero, perpendicular, validates_inputs
 
 
 def _unit(name, x):
@@ -51,6 +51,9 @@ def _unit(name, x):
     if not n > 1e-12:
         raise ValueError(f"{name} = {x.tolist()} has zero length. Fix: give a direction vector.")
     return x / n
+
+
+_AXES = ("z_i", "z_j", "x_i", "x_j")
 
 
 def _perpendicular(z):
@@ -94,6 +97,21 @@ class AbstractJoint(AbstractConstraint):
     x_i: Float[Array, "3"]
     x_j: Float[Array, "3"]
 
+    # the frames' conditions on the stored axes, checked at build time (__check_init__) and,
+    # traced, inside a rollout's program
+    _rules: ClassVar[tuple[Rule, ...]] = (
+        *(Rule((f,), nonzero, "has zero length", "give a direction vector") for f in _AXES),
+        *(
+            Rule(
+                (f"x_{s}", f"z_{s}"),
+                perpendicular,
+                f"is not perpendicular to z_{s}",
+                "give a reference direction x ⟂ z, or omit x",
+            )
+            for s in "ij"
+        ),
+    )
+
     def __init__(
         self,
         body_i,
@@ -116,6 +134,9 @@ class AbstractJoint(AbstractConstraint):
         self.s_i, self.s_j = _vec(f"{name}.s_i", s_i), _vec(f"{name}.s_j", s_j)
         self.z_i, self.z_j = _vec(f"{name}.z_i", zi), _vec(f"{name}.z_j", zj)
         self.x_i, self.x_j = _vec(f"{name}.x_i", xi), _vec(f"{name}.x_j", xj)
+
+    def __check_init__(self):
+        enforce(self, self.name)
 
     @classmethod
     def at(cls, q, body_i, body_j, *, point, axis=(0.0, 0.0, 1.0), x=None, name=None, **kwargs):
@@ -365,15 +386,25 @@ class Distance(AbstractJoint):
 
     length: Float[Array, ""]
 
+    _rules: ClassVar[tuple[Rule, ...]] = (
+        *AbstractJoint._rules,
+        Rule(
+            ("length",),
+            lambda xp, length: xp.isfinite(length) & (length > 0),
+            "is not a positive finite scalar",
+            "give the distance between the two points in metres",
+        ),
+    )
+
     def __init__(self, body_i, body_j, *, length, **kwargs):
         super().__init__(body_i, body_j, **kwargs)
         length = jnp.asarray(length, dtype=self.s_i.dtype)
-        if length.shape != () or not bool(jnp.isfinite(length)) or not float(length) > 0.0:
+        if length.shape != ():
             raise ValueError(
-                f"{self.name}.length = {length!r} is not a positive finite scalar. "
+                f"{self.name}.length has shape {length.shape}, not a scalar. "
                 "Fix: give the distance between the two points in metres."
             )
-        self.length = length
+        self.length = length  # its sign: the rule above (AbstractJoint.__check_init__)
 
     @classmethod
     def between(cls, q, body_i, body_j, *, point_i, point_j, name=None):

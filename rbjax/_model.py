@@ -8,6 +8,7 @@ physical parameters (masses, inertias, gravity, force parameters) are array leav
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -18,9 +19,17 @@ from jaxtyping import Array, Float
 from ._body import Body
 from ._constraints import AbstractConstraint
 from ._dynamics import AbstractFormulation, ScalableDAE
-from ._errors import check_finite, check_shape, fail, is_concrete, validates_inputs
+from ._errors import (
+    Rule,
+    check_finite,
+    check_shape,
+    enforce,
+    fail,
+    is_concrete,
+    validates_inputs,
+)
 from ._forces import AbstractForce, ForceFunction, Wrench
-from ._state import State, fresh_tolerances
+from ._state import State, fresh_tolerances, saved_state
 from ._topology import GROUND, Topology, group_joints
 from ._welds import Merge, plan
 
@@ -55,6 +64,18 @@ class Model(eqx.Module):
     baumgarte: tuple[Float[Array, ""], Float[Array, ""]] | None
     topology: Topology
     merged: Merge | None
+
+    # checked at build time and, traced, inside a rollout's program: Baumgarte's
+    # stabilisation c̈ + 2α ċ + β² c = 0 (rbjax/_engine/dynamics.py) damps the drift for
+    # α >= 0; β enters squared, and is asked >= 0 like α, one convention for both
+    _rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            ("baumgarte",),
+            lambda xp, ab: ~((ab[..., 0] < 0) | (ab[..., 1] < 0)),
+            "has a negative gain (alpha < 0 drives the drift away from the joints)",
+            "pass e.g. baumgarte=(10.0, 10.0) [1/s], alpha and beta >= 0, or None",
+        ),
+    )
 
     def __init__(
         self,
@@ -138,11 +159,7 @@ class Model(eqx.Module):
         self.joints = tuple(joints)
         self.topology = _topology(self.joints, names, tuple(b.scalable for b in bodies), dtype)
         if baumgarte is not None:
-            if (
-                np.shape(baumgarte) != (2,)
-                or not np.all(np.isfinite(baumgarte))
-                or np.any(np.asarray(baumgarte) < 0)
-            ):
+            if np.shape(baumgarte) != (2,) or not np.all(np.isfinite(baumgarte)):
                 fail(
                     "Model.baumgarte",
                     baumgarte,
@@ -153,6 +170,7 @@ class Model(eqx.Module):
         else:
             self.baumgarte = None
         self.formulation = formulation
+        enforce(self, "Model")
         formulation.check_model(self)
 
     def merge_state(self, state: State, *, atol: float | None = None) -> State:
@@ -166,11 +184,12 @@ class Model(eqx.Module):
     def expand(self, state: State) -> State:
         """``state`` (any batch or time axes, e.g. ``Trajectory.states``) with one row per body
         given to the constructor: merged bodies ride on their carriers (welded to the ground:
-        at rest). Without merged welds: ``state``."""
+        at rest). Without merged welds: ``state``. The states of a failed trajectory expand
+        to NaN as they are (:meth:`rbjax.Trajectory.states`)."""
         if self.merged is None:
             return state
         q, u = self.merged.expand(state.q, state.u)
-        return State(t=state.t, q=q, u=u)
+        return saved_state(state.t, q, u)
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -43,7 +43,8 @@ _MESSAGES = {
         "a joint's position or velocity equations)"
     ),
     RESULTS.invalid_input: (
-        "an input failed the checks run inside the program (traced dt, masses, inertias, "
-        "gravity or initial state)"
+        "an input failed the checks run inside the program (a traced dt, mass, inertia, "
+        "gravity, force, actuator, joint or formulation parameter, or initial state; or a "
+        "continued trajectory that had failed)"
     ),
 }

@@ -22,20 +22,20 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from ._analysis.checks import INPUT_CHECKS, check_mechanism_state, input_violations
-from ._analysis.invariants import energy_balance
+from ._analysis.checks import check_mechanism_state, input_violations, model_rules
 from ._body import validate_inertia, validate_mass
 from ._engine import rank
 from ._engine.layout import to_components
 from ._engine.monitors import Spec
-from ._engine.rollout import DEFAULT_CHUNK, chunked, integrate, watch
-from ._errors import is_concrete, validates_inputs
+from ._engine.rollout import _WORK, DEFAULT_CHUNK, chunked, integrate, watch
+from ._errors import check_declared, is_concrete, validates_inputs
+from ._gradient_guard import guard_inputs, guard_output
 from ._integrators import RK4, AbstractIntegrator, check_dt
 from ._measures import check_measures
 from ._model import require_model
-from ._monitors import Plausibility
+from ._monitors import Plausibility, energy_watch
 from ._results import RESULTS
-from ._state import State
+from ._state import State, saved_state
 
 
 class Trajectory(eqx.Module):
@@ -68,11 +68,14 @@ class Trajectory(eqx.Module):
 
     @property
     def states(self) -> State:
-        return State(t=self.t, q=self.q, u=self.u)
+        """Every saved state, as one State with axes (*batch, T). After a failure
+        (``throw=False``) the states from ``failed_step`` on hold its NaN or inf as they are,
+        readable with :attr:`result`; they cannot be continued (:func:`rollout` refuses)."""
+        return saved_state(self.t, self.q, self.u)
 
     def __getitem__(self, i) -> State:
-        """The i-th saved state (of every batch member)."""
-        return State(t=self.t[..., i], q=self.q[..., i, :, :], u=self.u[..., i, :, :])
+        """The i-th saved state (of every batch member), NaN where a member had failed."""
+        return saved_state(self.t[..., i], self.q[..., i, :, :], self.u[..., i, :, :])
 
     @property
     def final(self) -> State:
@@ -221,18 +224,29 @@ def _loops_note(model, state0) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class _InputMessages(Sequence[str]):
-    """Messages of the in-program input checks (rbjax/_analysis/checks.py INPUT_CHECKS)."""
+    """Messages of the in-program input checks: ``checks`` (field, problem, fix or None) of
+    :func:`rbjax._analysis.checks.input_violations`, for each of ``members`` systems of the
+    rollout's own batch. Index = check · members + flat index of the system."""
+
+    checks: tuple[tuple[str, str, str | None], ...]
+    members: int = 1
 
     def __len__(self) -> int:
-        return len(INPUT_CHECKS)
+        return len(self.checks) * self.members
 
-    def __getitem__(self, index):
-        field, problem = INPUT_CHECKS[index]
+    def __getitem__(self, index):  # an int index (equinox reads one message)
+        (field, problem, fix), k = self.checks[index // self.members], index % self.members
+        system = f" (system {k} of {self.members}, flat index)" if self.members > 1 else ""
+        how = (
+            f"Fix: {fix}"
+            if fix
+            else "Fix the input; call rollout outside the transformation once to get the "
+            "build-time error naming the entry"
+        )
         return (
-            f"rbjax.rollout: {field} {problem} (checked inside the program because the input "
-            "is traced by jax.jit, jax.vmap or jax.grad). Fix the input; call rollout outside "
-            "the transformation once to get the build-time error naming the entry, or pass "
-            "throw=False and inspect Trajectory.result (RESULTS.invalid_input)."
+            f"rbjax.rollout: {field} {problem}{system} (checked inside the program because the "
+            f"input is traced by jax.jit, jax.vmap or jax.grad). {how}; or pass throw=False "
+            "and inspect Trajectory.result (RESULTS.invalid_input)."
         )
 
 
@@ -248,7 +262,8 @@ def _monitor_spec(monitors, model, integrator, dtype) -> Spec | None:
     unit, joints, energy = limits
     unit = unit if any(not s for s in model.scalable) else None
     joints = joints if model.joints else None
-    spec = Spec.of((unit, joints, energy), energy_balance(model))
+    balance, work = energy_watch(model)
+    spec = Spec.of((unit, joints, energy), balance, work, int(integrator.order))
     return spec if spec.watched else None
 
 
@@ -270,6 +285,7 @@ def rollout(
     checkpoint: Checkpoint | None = _EVERY_STEP,
     measures: dict | None = None,
     monitors: Plausibility | None = _DEFAULT_MONITORS,
+    check_gradients: bool = False,
 ) -> Trajectory:
     """Integrate ``n_steps`` steps of size ``dt`` and save every ``save_every``-th state.
 
@@ -314,14 +330,25 @@ def rollout(
 
     ``monitors``: runtime plausibility limits, a :class:`rbjax.Plausibility` (default: every
     quantity watched with the "auto" limits) or ``None``. At every saved state the rollout
-    checks | |A|² − 1 | of the rigid bodies, the joint residual and the relative energy
-    change of a passive model (rbjax/_monitors.py); a system past a limit is reported as
+    checks | |A|² − 1 | of the rigid bodies, the joint residual and the work–energy balance
+    E − E₀ = W (W the work of the forces without a potential, which the loop integrates;
+    rbjax/_monitors.py); a system past a limit is reported as
     ``RESULTS.implausible`` (raised with ``throw=True``), never returned as a success.
 
     Traced inputs (under ``jax.jit``, ``jax.vmap``, ``jax.grad``) are checked inside the
     program on the same conditions as the build-time checks (positive dt, masses and definite
-    inertias, |A|² = 1 and ν = 0, the joints' equations): raised with ``throw=True``, reported
-    as ``RESULTS.invalid_input`` with ``throw=False``.
+    inertias, the sign and range rules that forces, actuators, joints and formulations declare
+    on their parameters, a finite state, |A|² = 1 and ν = 0, the joints' equations; a continued
+    Trajectory whose systems all succeeded): raised with ``throw=True`` naming the field (and
+    the system, flat index, of a batched rollout), reported as ``RESULTS.invalid_input`` with
+    ``throw=False``. Concrete parameters set with ``equinox.tree_at`` are checked by the same
+    rules before running (ValueError).
+
+    ``check_gradients``: in reverse mode (``jax.grad``, ``jax.vjp``), raise (``eqx.error_if``)
+    instead of returning a non-finite gradient: when the loss's derivative with respect to the
+    trajectory is not finite, or when the rollout's backward pass turns it into a non-finite
+    gradient with respect to ``state0`` or the model (rbjax/_gradient_guard.py;
+    :func:`rbjax.nonfinite_gradient` then names the step and the force). Not for forward mode.
     """
     require_model(model)
     integrator = RK4() if integrator is None else integrator
@@ -330,7 +357,9 @@ def rollout(
             f"integrator = {integrator!r} is not an rbjax integrator. Fix: use RK4(), SemiImplicitEuler() or ImplicitMidpoint()."
         )
     continuing = isinstance(state0, Trajectory)
+    prior = None  # the result codes of a continued trajectory, checked in the program if traced
     if continuing:
+        prior = state0.result
         codes = np.asarray(state0.result) if is_concrete(state0.result) else None
         if codes is not None and np.any(codes != int(RESULTS.successful)):
             bad = int(np.flatnonzero(codes.reshape(-1) != int(RESULTS.successful))[0])
@@ -369,6 +398,7 @@ def rollout(
     if is_concrete(model.inertia):
         validate_inertia("model.inertia", model.inertia)
     validate_mass("model.mass", model.mass)
+    check_declared(model_rules(model))  # values set by equinox.tree_at bypass constructors
     if batch_chunk is None:
         on_cpu = jax.default_backend() == "cpu"
         batch_chunk = DEFAULT_CHUNK if model.joints and on_cpu else 0
@@ -386,6 +416,13 @@ def rollout(
     # error_if) is never stored by JAX's persistent compilation cache, so this keeps rollouts
     # cacheable (rbjax.compilation_cache). Under a caller's trace the check stays inside.
     traced = not is_concrete((model, state0, dt, integrator))
+    # a model whose forces do work without a potential has its rollout accumulate that
+    # work for the monitors (``deferred``: the rollout returns it, _monitored judges it)
+    inner = spec if traced else None
+    if spec is not None and not traced and spec.balance == "work":
+        inner = dataclasses.replace(spec, deferred=True)
+    if check_gradients:
+        model, state0 = guard_inputs((model, state0))
     traj = _rollout(
         model,
         state0,
@@ -398,30 +435,40 @@ def rollout(
         int(batch_chunk),
         interval,
         measures,
-        spec if traced else None,
+        inner,
         traced,
         not continuing,
+        prior if traced else None,
     )
     if spec is not None and not traced:
         # a separate program: the rollout's own program is then the same with or without
-        # monitors, so its states are the same bits (and a continued rollout equals one
-        # longer rollout bit for bit; XLA compiles the loop differently when the monitors
-        # share its program, measured 1e-14 apart on a double pendulum)
-        traj = _monitored(traj, model, spec, int(save_every))
+        # monitors (the work's accumulation aside), so its states are the same bits (and a
+        # continued rollout equals one longer rollout bit for bit; XLA compiles the loop
+        # differently when the monitors share its program, measured 1e-14 apart on a double
+        # pendulum)
+        traj = _monitored(traj, model, spec, int(save_every), jnp.asarray(dt, state0.q.dtype))
     if throw and not traced:
         if is_concrete(traj.result):
             _raise_on_failure(traj, int(n_steps), spec, model, state0)
         else:  # concrete inputs, but called inside a caller's jit: check in its program
             traj = _error_if_failed(traj, int(n_steps), spec, _loops_note(model, None))
-    return traj
+    return guard_output(traj) if check_gradients else traj
 
 
 @eqx.filter_jit
-def _monitored(traj: Trajectory, model, spec: Spec, save_every: int) -> Trajectory:
-    """The plausibility monitors of a finished rollout (rbjax/_engine/monitors.py)."""
+def _monitored(traj: Trajectory, model, spec: Spec, save_every: int, h) -> Trajectory:
+    """The plausibility monitors of a finished rollout (rbjax/_engine/monitors.py). For a
+    model with work, ``traj.monitors`` holds what its loop accumulated (W, A and P at the
+    saved states, (T, *batch): rbjax/_engine/rollout.py ``integrate`` with a deferred Spec)
+    and is replaced by the monitors' worst values."""
     nbatch = traj.result.ndim
     saved = tuple(jnp.moveaxis(x, nbatch, 0) for x in (traj.t, traj.q, traj.u))
-    code, step, worst = watch(spec, model, saved, traj.result, traj.failed_step, save_every)
+    work = None
+    if spec.balance == "work" and traj.monitors is not None:
+        work = tuple(traj.monitors[k] for k in _WORK)
+    code, step, worst = watch(
+        spec, model, saved, traj.result, traj.failed_step, save_every, h, work
+    )
     return eqx.tree_at(
         lambda tr: (tr.result, tr.failed_step, tr.monitors),
         traj,
@@ -625,11 +672,13 @@ def _rollout(
     measures,
     monitors=None,
     check_inputs=False,
-    check_joints=True,
+    fresh=True,
+    prior=None,
 ):
     """The compiled rollout. ``monitors``: a monitors Spec or None; ``check_inputs``: run the
-    build-time checks inside the program (traced inputs), ``check_joints`` including the
-    joints' equations (not for a continued Trajectory)."""
+    build-time checks inside the program (traced inputs), for a ``fresh`` initial state
+    including |A|² = 1, ν = 0 and the joints' equations (not for a continued Trajectory,
+    whose result codes ``prior`` must all be successful)."""
     batch = tuple(
         jnp.broadcast_shapes(
             state0.q.shape[:-2],
@@ -640,11 +689,13 @@ def _rollout(
     )
     invalid = None
     if check_inputs:
-        invalid = input_violations(model, state0, dt, batch, joints=check_joints)
-        if throw:
-            state0 = eqx.branched_error_if(
-                state0, invalid >= 0, jnp.maximum(invalid, 0), _InputMessages()
-            )
+        invalid, checks = input_violations(model, state0, dt, batch, fresh=fresh, prior=prior)
+        if throw:  # the first failing system, named by its flat index in the rollout's batch
+            flat = invalid.reshape(-1)
+            k = jnp.argmax(flat >= 0).astype(flat.dtype)
+            index = jnp.maximum(flat[k], 0) * flat.size + k
+            messages = _InputMessages(checks, flat.size)
+            state0 = eqx.branched_error_if(state0, flat[k] >= 0, index, messages)
     t, q, u = to_components(state0)
     # Broadcast the state over the batch axes of the model parameters (leading axes).
     nb = model.nb

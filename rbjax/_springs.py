@@ -8,7 +8,7 @@ integral of the implemented spring force), so conservative mechanisms with sprin
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -19,7 +19,17 @@ from jaxtyping import Array, Float
 from . import _quaternion as quat
 from ._constraints import GROUND, _vec
 from ._engine import forces as kernels
-from ._errors import check_finite, fail, is_concrete, validates_inputs
+from ._errors import (
+    Rule,
+    check_finite,
+    enforce,
+    fail,
+    is_concrete,
+    nonzero,
+    not_negative,
+    perpendicular,
+    validates_inputs,
+)
 from ._forces import AbstractForce, Wrench
 from ._joints import _perpendicular, _rot_np, _unit
 from ._state import State
@@ -41,20 +51,28 @@ def _bodies(name: str, body_i, body_j) -> tuple[int, int]:
     return int(body_i), int(body_j)
 
 
-def _nonnegative(field: str, x, fix: str):
-    """:func:`_scalar`, and >= 0 when concrete: a negative stiffness or damping is a sign
-    mistake (an energy source) far more often than an intended model."""
-    x = _scalar(field, x, fix)
-    if is_concrete(x) and float(x) < 0:
-        fail(
-            field,
-            x,
-            "is negative: the spring pushes away from its rest position, or the damper feeds "
-            "energy in",
-            "give k >= 0 and c >= 0 (check the sign convention: the force opposes the "
-            "extension and the velocity)",
-        )
-    return x
+def _not_negative(field: str) -> Rule:
+    """k >= 0 or c >= 0: a negative stiffness or damping is a sign mistake (an energy source)
+    far more often than an intended model."""
+    return Rule(
+        (field,),
+        not_negative,
+        "is negative: the spring pushes away from its rest position, or the damper feeds energy in",
+        "give k >= 0 and c >= 0 (check the sign convention: the force opposes the extension "
+        "and the velocity)",
+    )
+
+
+_SIGNS = (_not_negative("stiffness"), _not_negative("damping"))
+
+
+def _direction(field: str) -> Rule:
+    return Rule((field,), nonzero, "has zero length", "give a nonzero direction")
+
+
+def _principal(xp, angle):
+    """θ0 in (−π, π] (a NaN is not this rule's business: :class:`rbjax._errors.Rule`)."""
+    return ~((angle <= -np.pi) | (angle > np.pi))
 
 
 def _scalar(field: str, x, fix: str):
@@ -179,6 +197,12 @@ class TranslationalSpringDamper(AbstractForce):
     rest_length: Float[Array, ""]
     actuator: Callable[..., Any] | None
 
+    # the sign conditions, checked at build time and, traced, inside a rollout's program
+    _rules: ClassVar[tuple[Rule, ...]] = (
+        *_SIGNS,
+        Rule(("rest_length",), not_negative, "is negative", "give l0 >= 0 in m"),
+    )
+
     def __init__(
         self,
         body_i: int,
@@ -195,18 +219,17 @@ class TranslationalSpringDamper(AbstractForce):
         self.body_i, self.body_j = _bodies(name, body_i, body_j)
         self.s_i = _vec(f"{name}.s_i", s_i)
         self.s_j = _vec(f"{name}.s_j", s_j)
-        self.stiffness = _nonnegative(
+        self.stiffness = _scalar(
             f"{name}.stiffness", stiffness, "give the stiffness k as one finite number in N/m"
         )
-        self.damping = _nonnegative(
+        self.damping = _scalar(
             f"{name}.damping", damping, "give the damping c as one finite number in N s/m"
         )
         self.rest_length = _scalar(
             f"{name}.rest_length", rest_length, "give the rest length l0 >= 0 in m"
         )
-        if is_concrete(self.rest_length) and not float(self.rest_length) >= 0.0:
-            fail(f"{name}.rest_length", rest_length, "is negative", "give l0 >= 0 in m")
         self.actuator = _actuator(name, actuator)
+        enforce(self, name)
 
     def bodies(self) -> tuple[int, ...]:
         return (self.body_i, self.body_j)
@@ -270,6 +293,9 @@ class TranslationalSpringDamper(AbstractForce):
     def _engine_potential(self, model, t, q):
         return kernels.tsda_potential(self, model, t, q)
 
+    def _engine_energy_scale(self, model, t, q):
+        return kernels.tsda_potential(self, model, t, q, scale=True)
+
     def _energy_balance(self, model) -> str | None:
         return _spring_balance(self)  # a potential in every configuration
 
@@ -324,6 +350,27 @@ class RotationalSpringDamper(AbstractForce):
     rest_angle: Float[Array, ""]
     actuator: Callable[..., Any] | None
 
+    _rules: ClassVar[tuple[Rule, ...]] = (
+        *(_direction(f) for f in ("axis_i", "axis_j", "ref_i", "ref_j")),
+        *(
+            Rule(
+                (f"ref_{side}", f"axis_{side}"),
+                perpendicular,
+                f"is not perpendicular to axis_{side}",
+                "give a reference direction ⟂ the axis, or build the RSDA with "
+                "RotationalSpringDamper.at(q0, ..., axis=..., ref=...)",
+            )
+            for side in ("i", "j")
+        ),
+        *_SIGNS,
+        Rule(
+            ("rest_angle",),
+            _principal,
+            "is not in (−π, π] (θ is a principal value)",
+            "give the rest angle θ0 in (−π, π] rad",
+        ),
+    )
+
     def __init__(
         self,
         body_i: int,
@@ -340,48 +387,19 @@ class RotationalSpringDamper(AbstractForce):
     ):
         name = "RotationalSpringDamper"
         self.body_i, self.body_j = _bodies(name, body_i, body_j)
-        vecs = {}
-        for field, v in (
-            ("axis_i", axis_i),
-            ("axis_j", axis_j),
-            ("ref_i", ref_i),
-            ("ref_j", ref_j),
-        ):
-            vecs[field] = _vec(f"{name}.{field}", v)
-            if is_concrete(vecs[field]) and not np.linalg.norm(np.asarray(vecs[field])) > 0.0:
-                fail(f"{name}.{field}", v, "has zero length", "give a nonzero direction")
-        for side in ("i", "j"):
-            a, r = vecs[f"axis_{side}"], vecs[f"ref_{side}"]
-            if is_concrete((a, r)):
-                a_n, r_n = np.asarray(a, float), np.asarray(r, float)
-                cos = np.dot(a_n, r_n) / (np.linalg.norm(a_n) * np.linalg.norm(r_n))
-                if abs(cos) > 1e-9:
-                    fail(
-                        f"{name}.ref_{side}",
-                        r,
-                        f"is not perpendicular to axis_{side} = {a_n.tolist()} (cos = {cos:.3g})",
-                        "give a reference direction ⟂ the axis, or build the RSDA with "
-                        "RotationalSpringDamper.at(q0, ..., axis=..., ref=...)",
-                    )
-        self.axis_i, self.axis_j = vecs["axis_i"], vecs["axis_j"]
-        self.ref_i, self.ref_j = vecs["ref_i"], vecs["ref_j"]
-        self.stiffness = _nonnegative(
+        self.axis_i, self.axis_j = _vec(f"{name}.axis_i", axis_i), _vec(f"{name}.axis_j", axis_j)
+        self.ref_i, self.ref_j = _vec(f"{name}.ref_i", ref_i), _vec(f"{name}.ref_j", ref_j)
+        self.stiffness = _scalar(
             f"{name}.stiffness", stiffness, "give the stiffness k as one finite number in N m/rad"
         )
-        self.damping = _nonnegative(
+        self.damping = _scalar(
             f"{name}.damping", damping, "give the damping c as one finite number in N m s/rad"
         )
         self.rest_angle = _scalar(
             f"{name}.rest_angle", rest_angle, "give the rest angle θ0 in (−π, π] rad"
         )
-        if is_concrete(self.rest_angle) and not -np.pi < float(self.rest_angle) <= np.pi:
-            fail(
-                f"{name}.rest_angle",
-                rest_angle,
-                "is not in (−π, π] (θ is a principal value)",
-                "give the rest angle θ0 in (−π, π] rad",
-            )
         self.actuator = _actuator(name, actuator)
+        enforce(self, name)
 
     @classmethod
     def at(
@@ -496,6 +514,9 @@ class RotationalSpringDamper(AbstractForce):
     def _engine_potential(self, model, t, q):
         return kernels.rsda_potential(self, model, t, q)
 
+    def _engine_energy_scale(self, model, t, q):
+        return kernels.rsda_potential(self, model, t, q, scale=True)
+
     def _energy_balance(self, model) -> str | None:
         # V is a potential only where the axes stay parallel: a joint must keep them so
         return _spring_balance(self) if _on_parallel_joint(self, model) else None
@@ -540,6 +561,8 @@ class AxialSpringDamper(AbstractForce):
     rest_length: Float[Array, ""]
     actuator: Callable[..., Any] | None
 
+    _rules: ClassVar[tuple[Rule, ...]] = (_direction("axis_i"), *_SIGNS)
+
     def __init__(
         self,
         body_i: int,
@@ -558,18 +581,17 @@ class AxialSpringDamper(AbstractForce):
         self.s_i = _vec(f"{name}.s_i", s_i)
         self.s_j = _vec(f"{name}.s_j", s_j)
         self.axis_i = _vec(f"{name}.axis_i", axis_i)
-        if is_concrete(self.axis_i) and not np.linalg.norm(np.asarray(self.axis_i)) > 0.0:
-            fail(f"{name}.axis_i", axis_i, "has zero length", "give a nonzero direction")
-        self.stiffness = _nonnegative(
+        self.stiffness = _scalar(
             f"{name}.stiffness", stiffness, "give the stiffness k as one finite number in N/m"
         )
-        self.damping = _nonnegative(
+        self.damping = _scalar(
             f"{name}.damping", damping, "give the damping c as one finite number in N s/m"
         )
         self.rest_length = _scalar(
             f"{name}.rest_length", rest_length, "give the rest displacement x0 in m"
         )
         self.actuator = _actuator(name, actuator)
+        enforce(self, name)
 
     @classmethod
     def at(cls, q0, body_i: int, body_j: int, *, point, axis, **kwargs) -> AxialSpringDamper:
@@ -655,6 +677,9 @@ class AxialSpringDamper(AbstractForce):
 
     def _engine_potential(self, model, t, q):
         return kernels.axial_potential(self, model, t, q)
+
+    def _engine_energy_scale(self, model, t, q):
+        return kernels.axial_potential(self, model, t, q, scale=True)
 
     def _energy_balance(self, model) -> str | None:
         if self.body_i != GROUND and model.scalable[self.body_i]:

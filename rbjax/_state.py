@@ -14,9 +14,11 @@ Positions are world frame; ω is body frame; forces are world frame; torques are
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
@@ -143,6 +145,22 @@ class State(eqx.Module):
     @property
     def omega_body(self):
         return self.u[..., 4:7]
+
+
+@functools.cache
+def _state_treedef():
+    q = np.asarray([[0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]])
+    return jax.tree.structure(State(t=np.zeros(()), q=q, u=np.zeros((1, 7))))
+
+
+def saved_state(t, q, u) -> State:
+    """A :class:`State` of values an rbjax computation produced (a trajectory's saved states,
+    a state expanded from one), built without the checks of ``State(...)``: after a failure
+    (``rollout(..., throw=False)``) the states from the failed step on hold its NaN or inf,
+    and they stay readable as they are. A State a user builds is still checked. (An equinox
+    Module rebuilt from its leaves, as ``jax.tree.unflatten`` does, runs neither ``__init__``
+    nor ``__check_init__``.)"""
+    return jax.tree.unflatten(_state_treedef(), (t, q, u))
 
 
 def make_state(

@@ -28,12 +28,18 @@ def _assemble(model, state, tol, max_iters, velocities):
     return from_components(t, q, u), err, it, reason
 
 
-def require_joints(model, where: str) -> None:
-    """ValueError naming ``where`` when the model has no joints to analyse."""
-    if not model.joints:
-        raise ValueError(
-            f"{where}: the model has no joints. Fix: pass joints=[...] to rbjax.Model."
-        )
+def _free(model, state: State, velocities: bool) -> State:
+    """:func:`assemble` of a model without joints: its only equations are a rigid body's
+    |A|² = 1 (Möller & Glocker 2012 eq. (77)), whose closest point in the kinetic-energy metric
+    is A / |A| (a displacement along the scaling direction alone), and ν = 0."""
+    a = state.q[..., 3:7]
+    rigid = model.rigid[:, None]
+    a = jnp.where(rigid, a / jnp.sqrt(jnp.sum(a * a, axis=-1, keepdims=True)), a)
+    q = jnp.concatenate([state.q[..., 0:3], a], axis=-1)
+    u = state.u
+    if velocities:
+        u = u.at[..., 3].set(jnp.where(model.rigid, 0.0, u[..., 3]))
+    return State(t=state.t, q=q, u=u)
 
 
 def assemble(
@@ -47,11 +53,13 @@ def assemble(
     Works on batches of states. The result is the configuration on the joint manifold closest
     to ``state.q`` in the kinetic-energy metric (Möller & Glocker 2012 eq. (64)), so it is a function of the
     input and of the model, differentiable in forward and reverse mode by the implicit function
-    theorem (the Newton iterations are not differentiated).
+    theorem (the Newton iterations are not differentiated). A model without joints: rigid
+    quaternions are normalised and their ν set to 0, the rest is unchanged.
     """
-    require_joints(model, "assemble")
     if not isinstance(state, State):
         raise ValueError(f"assemble: state = {type(state).__name__} is not an rbjax.State.")
+    if not model.joints:
+        return _free(model, state, bool(velocities))
     if tol is None:
         tol = 1e-12 if state.q.dtype == jnp.float64 else 1e-5
     out, err, it, reason = _assemble(model, state, float(tol), int(max_iters), bool(velocities))

@@ -13,7 +13,7 @@ from .._engine.joints import joint_terms
 from .._engine.layout import to_components
 from .._oneshot import one_shot_jit
 from .._state import State
-from .assembly import require_joints
+from .change_points import rank_drop
 
 
 class Mobility(eqx.Module):
@@ -24,6 +24,11 @@ class Mobility(eqx.Module):
     named ``"joint[row k]"`` (k counts the joint's equations from 0): in joint order, the rows
     that are linear combinations of earlier rows; removing them leaves ``rank`` independent
     equations and the same motion. Empty if none. ``singular_values``: of W̃, descending.
+    ``rank_drop``: how many independent equations this configuration lacks compared with the
+    configurations around it on the joint manifold (rbjax/_analysis/change_points.py); > 0 at
+    a singular configuration (a change point: branches of the motion meet, the multipliers
+    are not unique), where ``dof`` and ``redundant`` count the equations that are dependent
+    only there; ``singular`` says rank_drop > 0.
     """
 
     dof: int = eqx.field(static=True)
@@ -31,6 +36,11 @@ class Mobility(eqx.Module):
     rows: int = eqx.field(static=True)
     redundant: tuple[str, ...] = eqx.field(static=True)
     singular_values: Float[Array, " m"]
+    rank_drop: int = eqx.field(static=True, default=0)
+
+    @property
+    def singular(self) -> bool:
+        return self.rank_drop > 0
 
 
 @one_shot_jit
@@ -40,7 +50,10 @@ def _jacobian_blocks(model, state):
 
 
 def jacobian_matrix(model, state: State) -> np.ndarray:
-    """W̃ as a dense (m, 6·nb) or (m, 7·nb) NumPy matrix for ONE system (rigid bodies: (v, ω))."""
+    """W̃ as a dense (m, 6·nb) or (m, 7·nb) NumPy matrix for ONE system (rigid bodies: (v, ω));
+    (0, n) for a model without joints."""
+    if not model.joints:  # no equations: nothing to compile
+        return np.zeros((0, sum(6 if not s else 7 for s in model.scalable)))
     return _dense_jacobian(model, _jacobian_blocks(model, state))
 
 
@@ -71,14 +84,17 @@ def mobility(model, state: State, *, rtol: float = 1e-9) -> Mobility:
     independent rows is at most the same tolerance. Which rows are reported depends on the
     order of the joints (any set of ``rows − rank`` rows whose removal leaves the rank unchanged
     would do); the later rows of a loop are named, e.g. for a planar four-bar closed by four
-    revolute joints the out-of-plane equations of the last one.
+    revolute joints the out-of-plane equations of the last one. A model without joints has
+    no equations: rank 0, ``dof`` = 6 per rigid body + 7 per scalable body.
     """
-    require_joints(model, "mobility")
     if state.q.ndim != 2:
         raise ValueError(
             f"mobility: state.q has shape {state.q.shape}; pass ONE system (nb, 7), e.g. state[0]."
         )
-    return _mobility(model, jacobian_matrix(model, state), rtol)
+    mat = jacobian_matrix(model, state)
+    if not model.joints:  # free bodies: 6 DOF per rigid body, 7 per scalable one, rank 0
+        return _mobility(model, mat, rtol)
+    return _mobility(model, mat, rtol, rank_drop(model, state, mat, rtol))
 
 
 def dependent_rows(mat, tol) -> list[int]:
@@ -112,7 +128,7 @@ def _prefix_dependent_rows(mat, tol) -> list[int]:
     return out
 
 
-def _mobility(model, mat, rtol) -> Mobility:
+def _mobility(model, mat, rtol, drop: int = 0) -> Mobility:
     sv = np.linalg.svd(mat, compute_uv=False)
     tol = rtol * max(1.0, sv.max() if sv.size else 1.0)
     rank = int(np.sum(sv > tol))
@@ -133,4 +149,5 @@ def _mobility(model, mat, rtol) -> Mobility:
         rows=m,
         redundant=redundant,
         singular_values=jnp.asarray(sv),
+        rank_drop=drop,
     )

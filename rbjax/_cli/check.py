@@ -132,7 +132,7 @@ def report(model, state, tol: float, dt: float, steps: int, drift: float) -> dic
                 "joints' points and axes."
             )
     else:
-        out["dof"] = 6 * model.nb
+        out["dof"] = mobility(model, state).dof  # 6 per rigid body, 7 per scalable one
     udot, lam = eqx.filter_jit(accelerations)(model, state)  # op by op it takes 6x longer
     udot, lam = np.asarray(udot), np.asarray(lam)
     out["max_acceleration"] = float(np.max(np.abs(udot))) if udot.size else 0.0
