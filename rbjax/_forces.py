@@ -112,6 +112,12 @@ class AbstractForce(eqx.Module):
         None (the default) for a force that does not derive from a potential."""
         return None
 
+    def _engine_nonconservative(self) -> AbstractForce:
+        """The part of the force that :meth:`_engine_potential` does not account for, as a
+        force: the power of its resultants is what the work–energy monitor integrates
+        (rbjax/_engine/forces.py :func:`power`). Default: all of it."""
+        return self
+
     def _engine_energy_scale(self, model, t, q) -> Array | None:
         """The magnitude of the terms :meth:`_engine_potential` is computed from, shape
         (*batch,) [J] (a spring's ½ k (x² + x0²) where V = ½ k (x − x0)²): the energy

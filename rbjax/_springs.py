@@ -28,10 +28,11 @@ from ._errors import (
     nonzero,
     not_negative,
     perpendicular,
+    perpendicular_tol,
     validates_inputs,
 )
 from ._forces import AbstractForce, Wrench
-from ._joints import _perpendicular, _rot_np, _unit
+from ._joints import _dtype_of, _perpendicular, _rot_np, _unit
 from ._state import State
 
 
@@ -147,6 +148,14 @@ def _spring_balance(force) -> str | None:
     if np.any(c < 0.0):
         return None
     return "conservative" if np.all(c == 0.0) else "dissipative"
+
+
+def _without_spring(self):
+    """A spring–damper less its spring (k = 0): its damping and actuator, the part of the
+    force that its potential ½ k (x − x0)² does not account for. The force is linear in k,
+    so the power of these resultants is the power of the whole force plus dV/dt."""
+    k = jnp.asarray(self.stiffness)
+    return eqx.tree_at(lambda f: f.stiffness, self, jnp.zeros_like(k))
 
 
 @validates_inputs
@@ -285,10 +294,13 @@ class TranslationalSpringDamper(AbstractForce):
         return out
 
     _engine_kernel = staticmethod(kernels.tsda)  # several evaluated together
+    _engine_power = staticmethod(kernels.tsda_power)  # the work monitor's power
     _body_fields = ("body_i", "body_j")
 
     def _engine_resultants(self, model, t, q, u):
         return kernels.tsda(self, model, t, q, u)
+
+    _engine_nonconservative = _without_spring
 
     def _engine_potential(self, model, t, q):
         return kernels.tsda_potential(self, model, t, q)
@@ -429,7 +441,7 @@ class RotationalSpringDamper(AbstractForce):
             )
         z = _unit(f"{name} axis", axis)
         x = _perpendicular(z) if ref is None else _unit(f"{name} ref", ref)
-        if abs(np.dot(x, z)) > 1e-9:
+        if abs(np.dot(x, z)) > perpendicular_tol(_dtype_of(axis, ref)):
             raise ValueError(
                 f"{name}: ref = {x.tolist()} is not perpendicular to axis = {z.tolist()} "
                 f"(refᵀaxis = {np.dot(x, z):.3g}). Fix: give a reference direction ⟂ axis, or omit ref."
@@ -437,7 +449,7 @@ class RotationalSpringDamper(AbstractForce):
 
         def local(b, v):
             if b == GROUND:
-                return v
+                return v.astype(kind)
             if isinstance(b, bool) or not isinstance(b, (int, np.integer)):
                 raise ValueError(
                     f"{name}: body {b!r} is not an index into q0 or GROUND. "
@@ -449,8 +461,9 @@ class RotationalSpringDamper(AbstractForce):
                     "Fix: use a body index in [0, nb) or rbjax.GROUND."
                 )
             a = q0[b, 3:7]
-            return _rot_np(a / np.linalg.norm(a)).T @ v
+            return (_rot_np(a / np.linalg.norm(a)).T @ v).astype(kind)
 
+        kind = _dtype_of(axis, ref)  # stored as given: the frame rule reads it to its rounding
         return cls(
             body_i,
             body_j,
@@ -506,10 +519,13 @@ class RotationalSpringDamper(AbstractForce):
         return out
 
     _engine_kernel = staticmethod(kernels.rsda)  # several evaluated together
+    _engine_power = staticmethod(kernels.rsda_power)  # the work monitor's power
     _body_fields = ("body_i", "body_j")
 
     def _engine_resultants(self, model, t, q, u):
         return kernels.rsda(self, model, t, q, u)
+
+    _engine_nonconservative = _without_spring
 
     def _engine_potential(self, model, t, q):
         return kernels.rsda_potential(self, model, t, q)
@@ -674,6 +690,8 @@ class AxialSpringDamper(AbstractForce):
                 rho = quat.rotate_inverse(a, p_j - state.q[b, 0:3]) / quat.norm2(a)
                 out = out.add_point_force(b, a, rho, force)
         return out
+
+    _engine_nonconservative = _without_spring
 
     def _engine_potential(self, model, t, q):
         return kernels.axial_potential(self, model, t, q)

@@ -220,6 +220,28 @@ def rsda(force, model, t, q, u, bodies=None) -> Resultants:
     return _sum(parts)
 
 
+def tsda_power(force, model, t, q, u, bodies=None) -> Array:
+    """The power [W], (*batch,), of rbjax.TranslationalSpringDamper's damping and actuator:
+    −(c l̇ + h) l̇ (its force f e on body i and −f e on body j with f = k (l − l0) + c l̇ + h;
+    the spring's part is −dV/dt)."""
+    *_, l, _, ldot = tsda_geometry(force, model, q, u, bodies)
+    f = jnp.asarray(force.damping, q.dtype) * ldot
+    if force.actuator is not None:
+        f = f + force.actuator(t, l, ldot)
+    return -(f * ldot)[..., 0]
+
+
+def rsda_power(force, model, t, q, u, bodies=None) -> Array:
+    """The power [W], (*batch,), of rbjax.RotationalSpringDamper's damping and actuator:
+    (−c θ̇ + h) θ̇ (its torque τ z on body j and −τ z on body i, τ = −k (θ − θ0) − c θ̇ + h;
+    the spring's part is −dV/dt)."""
+    _, _, _, theta, theta_dot = rsda_geometry(force, q, u, bodies)
+    tau = -jnp.asarray(force.damping, q.dtype) * theta_dot
+    if force.actuator is not None:
+        tau = tau + force.actuator(t, theta, theta_dot)
+    return (tau * theta_dot)[..., 0]
+
+
 # ------------------------------------------------------- potentials of the springs
 
 
@@ -319,6 +341,12 @@ def _group_resultants(group, model, t, q, u) -> Resultants:
     kernel over the forces' stacked fields and body indices (scatter into the bodies by a
     one-hot of the traced index). A robot's motor on every joint is one kernel in the
     program instead of one per joint, forward and reverse."""
+    return _group_sum(group, type(group[0])._engine_kernel, model, t, q, u)
+
+
+def _group_sum(group, kernel, model, t, q, u):
+    """Σ over ``group`` (forces of one :func:`_group_key`) of ``kernel(force, model, t, q, u,
+    bodies)``, traced once (:func:`_group_resultants`)."""
     first, cls = group[0], type(group[0])
     names = [  # the array fields; static options are the same across the group (its key)
         f.name
@@ -335,10 +363,9 @@ def _group_resultants(group, model, t, q, u) -> Resultants:
         force = eqx.tree_at(lambda m: [getattr(m, n) for n in names], first, list(values))
         found = dict(zip(sides, idx, strict=True))
         bodies = tuple(found.get(n, GROUND) for n in cls._body_fields)
-        return cls._engine_kernel(force, model, t, q, u, bodies)
+        return kernel(force, model, t, q, u, bodies)
 
-    res = jax.vmap(one)(stacked, index)
-    return Resultants(F=res.F.sum(0), S=res.S.sum(0), M=res.M.sum(0))
+    return jax.tree.map(lambda x: x.sum(0), jax.vmap(one)(stacked, index))
 
 
 def total_resultants(model, t, q, u) -> Resultants:
@@ -364,28 +391,34 @@ def _add_forces(total: Resultants, forces, model, t, q, u) -> Resultants:
 
 def power(forces, model, t, q, u) -> Array:
     """The power [W], (*batch,), of ``forces`` (a sequence of the model's forces) that no
-    potential accounts for:
+    potential accounts for. A spring–damper with a kernel of its own (``_engine_power``:
+    :func:`tsda_power`, :func:`rsda_power`) gives its damping and actuator power from its
+    geometry directly (half the program of its resultants); any other force the power of
+    the resultants (F, S_C, M_C) of its non-conservative part (``_engine_nonconservative``:
+    an axial spring–damper without its spring, k = 0; any other force whole) on
+    u = (v, ν, ω):
 
-        P = Σ_b (Fᵀ v + S_C ν + M_Cᵀ ω)_b + Σ_f dV_f/dt,
+        P = Σ_b (Fᵀ v + S_C ν + M_Cᵀ ω)_b
 
-    the first sum the power of their resultants on u = (v, ν, ω) (Möller & Glocker 2012,
-    eq. (92) with δu = u: the generalized force (F, S_C, M_C) is conjugate to u, and the
-    gyroscopic terms of eq. (93) do no work, so dT/dt = that power), the second the rate of
-    the potentials V_f that :func:`rbjax.potential_energy` counts in E (a spring–damper's
-    spring: what is left is its damping and actuator power), by a jvp along
-    (ṫ, q̇) = (1, Q⁻¹ u). Then d(T + V)/dt = P for a model whose joints do not depend on
-    time (their reactions do no work)."""
-    zero3 = jnp.zeros((3,) + q.shape[1:], q.dtype)
-    none = Resultants(F=zero3, S=jnp.zeros(q.shape[1:], q.dtype), M=zero3)
-    res = _add_forces(none, forces, model, t, q, u)
-    p = cf.dot3(res.F, u[0:3]) + res.S * u[3] + cf.dot3(res.M, u[4:7])
-    p = jnp.sum(p, axis=-1)
-    potentials = [f for f in forces if f._engine_potential(model, t, q) is not None]
-    if potentials:
-
-        def v(tt, qq):
-            return sum(f._engine_potential(model, tt, qq) for f in potentials)
-
-        qdot = model.formulation._engine_kinematics(q, u)
-        p = p + jax.jvp(v, (t, q), (jnp.ones_like(t), qdot))[1]
+    (Möller & Glocker 2012, eq. (92) with δu = u: the generalized force is conjugate to u,
+    and the gyroscopic terms of eq. (93) do no work, so dT/dt = that power). A spring's force
+    is −∂V/∂q of the potential V that :func:`rbjax.potential_energy` counts in E, so
+    d(T + V)/dt = P for a model whose joints do not depend on time (their reactions do no
+    work). Forces of one type are evaluated together, as in the dynamics."""
+    p = jnp.zeros(q.shape[1:-1], q.dtype)
+    rest = []
+    for group in _force_groups(forces):
+        kernel = type(group[0]).__dict__.get("_engine_power")
+        if kernel is None:
+            rest += [f._engine_nonconservative() for f in group]
+        elif len(group) > 1:
+            p = p + _group_sum(group, kernel, model, t, q, u)
+        else:
+            p = p + kernel(group[0], model, t, q, u)
+    if rest:
+        zero3 = jnp.zeros((3,) + q.shape[1:], q.dtype)
+        none = Resultants(F=zero3, S=jnp.zeros(q.shape[1:], q.dtype), M=zero3)
+        res = _add_forces(none, rest, model, t, q, u)
+        pb = cf.dot3(res.F, u[0:3]) + res.S * u[3] + cf.dot3(res.M, u[4:7])
+        p = p + jnp.sum(pb, axis=-1)
     return p
