@@ -38,6 +38,14 @@ def definite_rtol(dtype) -> float:
     return max(1e3 * float(np.finfo(np.float64).eps), 10.0 * eps)
 
 
+def rounding_tol(dtype) -> float:
+    """Relative rounding allowed in the symmetry and triangle-inequality checks of an inertia:
+    1e-12, or 10 ε of the dtype where that is larger (1.2e-6 in float32, where a flat body's
+    exact I1 + I2 = I3 is rounded by the dtype and may read 4e-9 short)."""
+    eps = float(np.finfo(np.dtype(dtype)).eps) if np.issubdtype(dtype, np.floating) else 2.2e-16
+    return max(1e-12, 10.0 * eps)
+
+
 def validate_inertia(field: str, inertia) -> None:
     """Θ must be symmetric positive definite and satisfy the triangle inequalities.
 
@@ -52,6 +60,7 @@ def validate_inertia(field: str, inertia) -> None:
     if not is_concrete(inertia):
         return
     rtol = definite_rtol(np.asarray(inertia).dtype)
+    rounding = rounding_tol(np.asarray(inertia).dtype)
     arr = np.asarray(inertia, dtype=float).reshape(-1, 3, 3)
     lead = np.shape(inertia)[:-2]
     for k, th in enumerate(arr):
@@ -59,7 +68,7 @@ def validate_inertia(field: str, inertia) -> None:
         if lead:
             name += "[" + ", ".join(str(int(i)) for i in np.unravel_index(k, lead)) + "]"
         scale = max(np.abs(th).max(), 1e-300)
-        if not np.allclose(th, th.T, rtol=0.0, atol=1e-12 * scale):
+        if not np.allclose(th, th.T, rtol=0.0, atol=rounding * scale):
             fail(name, th, "is not symmetric", "pass (Θ + Θᵀ)/2 or check the products of inertia")
         w = np.linalg.eigvalsh(th)
         if w[0] <= rtol * max(w[2], 0.0) or w[2] <= 0.0:
@@ -73,7 +82,7 @@ def validate_inertia(field: str, inertia) -> None:
                 "its axis, a sphere of radius r: 2 m r²/5), or weld it to the body that carries "
                 "it (rbjax.Body.point_mass and rbjax.Fixed: the Model merges the two)",
             )
-        tol = 1e-12 * w.sum()
+        tol = rounding * w.sum()
         if w[0] + w[1] < w[2] - tol:
             fail(
                 name,

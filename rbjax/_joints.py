@@ -42,15 +42,34 @@ from jaxtyping import Array, Float
 
 from ._constraints import GROUND, AbstractConstraint, _check_f, _vec, _zero, axis, point
 from ._engine import kernels as cf
-from ._errors import Rule, enforce, nonzero, perpendicular, validates_inputs
+from ._errors import Rule, enforce, nonzero, perpendicular, perpendicular_tol, validates_inputs
 
 
 def _unit(name, x):
+    """x / |x| for a finite direction of any magnitude: the norm is taken of x scaled by its
+    largest component (|x| itself overflows from components of 1e154 on). ValueError when x
+    is not finite or |x| <= 1e-12, zero or the rounding of zero (the bound of the rule
+    :func:`rbjax._errors.nonzero` that the stored axes obey)."""
     x = np.asarray(x, dtype=float)
-    n = np.linalg.norm(x)
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"{name} = {x.tolist()} is not finite. Fix: give a finite direction.")
+    big = float(np.max(np.abs(x))) if x.size else 0.0
+    scaled = x / big if big > 0 else x
+    n = big * float(np.linalg.norm(scaled))
     if not n > 1e-12:
-        raise ValueError(f"{name} = {x.tolist()} has zero length. Fix: give a direction vector.")
-    return x / n
+        raise ValueError(
+            f"{name} = {x.tolist()} has zero length (|{name}| = {n:.3g} <= 1e-12: zero or the "
+            "rounding of zero). Fix: give a direction vector."
+        )
+    return scaled / np.linalg.norm(scaled)
+
+
+def _dtype_of(*vectors):
+    """The floating dtype the caller gave directions in (float64 for lists and integers):
+    float32 frames are perpendicular only to float32 rounding."""
+    kinds = [np.dtype(getattr(v, "dtype", np.float64)) for v in vectors if v is not None]
+    kind = np.result_type(*kinds) if kinds else np.dtype(np.float64)
+    return kind if np.issubdtype(kind, np.floating) else np.dtype(np.float64)
 
 
 _AXES = ("z_i", "z_j", "x_i", "x_j")
@@ -64,12 +83,14 @@ def _perpendicular(z):
 
 
 def _frame_vectors(name, z, x):
-    """Validate (z, x) in body axes; default x ⟂ z. Returns unit z and unit x with xᵀz = 0."""
-    z = _unit(f"{name}.z", z)
+    """Validate (z, x) in body axes; default x ⟂ z. Returns unit z and unit x with xᵀz = 0
+    (to :func:`rbjax._errors.perpendicular_tol` of the dtype they were given in)."""
+    z_given, z = z, _unit(f"{name}.z", z)
     if x is None:
         return z, _perpendicular(z)
+    tol = perpendicular_tol(_dtype_of(z_given, x))
     x = _unit(f"{name}.x", x)
-    if abs(np.dot(x, z)) > 1e-9:
+    if abs(np.dot(x, z)) > tol:
         raise ValueError(
             f"{name}: x = {x.tolist()} is not perpendicular to z = {z.tolist()} "
             f"(xᵀz = {np.dot(x, z):.3g}). Fix: give a reference direction x ⟂ z, or omit x."
@@ -132,8 +153,14 @@ class AbstractJoint(AbstractConstraint):
         if z_j is None and x_j is None:
             xj = xi
         self.s_i, self.s_j = _vec(f"{name}.s_i", s_i), _vec(f"{name}.s_j", s_j)
-        self.z_i, self.z_j = _vec(f"{name}.z_i", zi), _vec(f"{name}.z_j", zj)
-        self.x_i, self.x_j = _vec(f"{name}.x_i", xi), _vec(f"{name}.x_j", xj)
+        # stored in the dtype they were given in: the frame rule then reads them to its rounding
+        kind = _dtype_of(z_i, z_j, x_i, x_j)
+        self.z_i, self.z_j = (
+            _vec(f"{name}.{f}", v.astype(kind)) for f, v in (("z_i", zi), ("z_j", zj))
+        )
+        self.x_i, self.x_j = (
+            _vec(f"{name}.{f}", v.astype(kind)) for f, v in (("x_i", xi), ("x_j", xj))
+        )
 
     def __check_init__(self):
         enforce(self, self.name)
@@ -155,13 +182,14 @@ class AbstractJoint(AbstractConstraint):
                 f"{cls.__name__}.at: q has shape {q.shape}, expected (nb, 7). "
                 "Fix: pass one system's coordinates, e.g. state.q."
             )
-        z = _unit(f"{cls.__name__}.at axis", axis)
+        z, x_given = _unit(f"{cls.__name__}.at axis", axis), x
         x = _perpendicular(z) if x is None else _unit(f"{cls.__name__}.at x", x)
         pnt = np.asarray(point, dtype=float)
+        kind = _dtype_of(axis, x_given)  # directions stay in the dtype they were given in
 
         def body_frame(b):
             if b == GROUND:
-                return pnt, z, x
+                return pnt, z.astype(kind), x.astype(kind)
             if not isinstance(b, (int, np.integer)) or not 0 <= b < q.shape[0]:
                 raise ValueError(
                     f"{cls.__name__}.at: body {b!r} is not an index into q (nb = {q.shape[0]}) "
@@ -169,7 +197,7 @@ class AbstractJoint(AbstractConstraint):
                 )
             r, a = q[b, 0:3], q[b, 3:7] / np.linalg.norm(q[b, 3:7])
             rot = _rot_np(a)
-            return rot.T @ (pnt - r), rot.T @ z, rot.T @ x
+            return rot.T @ (pnt - r), (rot.T @ z).astype(kind), (rot.T @ x).astype(kind)
 
         si, zi, xi = body_frame(body_i)
         sj, zj, xj = body_frame(body_j)

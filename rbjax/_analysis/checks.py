@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.core import Tracer
 
-from .._body import definite_rtol
+from .._body import definite_rtol, rounding_tol
 from .._engine.joints import joint_terms
 from .._engine.layout import to_components
 from .._engine.projection import norm_rows
@@ -146,11 +146,12 @@ def input_violations(model, state: State, dt, batch, *, fresh: bool, prior=None)
     fails.append(jnp.any(~(jnp.isfinite(m) & (m > 0)), axis=-1))
     th = model.inertia
     scale = jnp.max(jnp.abs(th), axis=(-2, -1))
-    sym = jnp.max(jnp.abs(th - jnp.swapaxes(th, -1, -2)), axis=(-2, -1)) <= 1e-12 * scale
+    rounding = rounding_tol(th.dtype)
+    sym = jnp.max(jnp.abs(th - jnp.swapaxes(th, -1, -2)), axis=(-2, -1)) <= rounding * scale
     finite = jnp.all(jnp.isfinite(th), axis=(-2, -1))
     w = jnp.linalg.eigvalsh(jnp.where(finite[..., None, None], th, jnp.eye(3, dtype=th.dtype)))
     definite = (w[..., 0] > definite_rtol(th.dtype) * w[..., 2]) & (w[..., 2] > 0)
-    triangle = w[..., 0] + w[..., 1] >= w[..., 2] - 1e-12 * jnp.sum(w, axis=-1)
+    triangle = w[..., 0] + w[..., 1] >= w[..., 2] - rounding * jnp.sum(w, axis=-1)
     fails.append(jnp.any(~(finite & sym & definite & triangle), axis=-1))
     fails.append(~jnp.all(jnp.isfinite(model.gravity), axis=-1))
     checks = list(MODEL_CHECKS)

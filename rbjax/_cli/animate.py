@@ -30,6 +30,7 @@ import dataclasses
 import importlib
 import itertools
 import math
+import sys
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -384,6 +385,22 @@ def run(args) -> int:
     saved = runfile.read(args.run_file)
     loaded = load_model(args.model, meshes=args.meshes)
     t, q = trajectory(saved, loaded.model, args.run_file, args.model, args.sample)
+    failed = runfile.failures(saved, None if saved.batch is None else [args.sample])
+    finite = np.all(np.isfinite(q.reshape(len(t), -1)), axis=1)
+    if failed or not np.all(finite):
+        n = len(t) if np.all(finite) else int(np.argmin(finite))  # states before the first NaN
+        if n == 0:
+            raise CliError(
+                f"RUN {args.run_file!r} has no finite state to draw "
+                f"({failed or 'its first state is not finite'}). Fix: simulate again with a "
+                "smaller --dt."
+            )
+        t, q = t[:n], q[:n]
+        print(
+            f"warning: {args.run_file}: {failed or 'states are not finite'}; animating "
+            f"t = {t[0]:g} .. {t[-1]:g} s",
+            file=sys.stderr,
+        )
     every = args.every or _real_time(t, args.fps)
     frames = np.arange(0, len(t), every)
     if len(frames) > MAX_DRAWN:

@@ -93,7 +93,7 @@ def _merged(model) -> dict:
     }
 
 
-def report(model, state, tol: float, dt: float, steps: int, drift: float) -> dict:
+def report(model, state, tol: float, dt: float, steps: int, drift: float, coords=None) -> dict:
     """The checks as a dict (``failures``: a list of (what, fix) strings)."""
     out: dict = {
         "bodies": list(model.names),
@@ -107,9 +107,15 @@ def report(model, state, tol: float, dt: float, steps: int, drift: float) -> dic
     }
     out["total_energy"] = out["kinetic_energy"] + out["potential_energy"]
     failures = []
-    js = quantities.joint_space(model)
+    coords = quantities.Layout() if coords is None else coords
+    js = coords.joint_space(model)
     if js is not None:
-        out["coordinates"] = {"nq": js.nq, "nv": js.nv, "loops": list(js.loops)}
+        out["coordinates"] = {
+            "nq": js.nq,
+            "nv": js.nv,
+            "loops": list(js.loops),
+            "kind": coords.kind,  # "mujoco": the file's qpos/qvel; "rbjax": JointSpace(model)
+        }
     if model.joints:
         mob = mobility(model, state)
         out |= {
@@ -183,7 +189,8 @@ def run(args) -> int:
     dt = args.dt if args.dt is not None else (loaded.timestep or 1e-3)
     if not (dt > 0 and np.isfinite(dt)):
         raise CliError(f"--dt {dt!r} is not a positive step. Fix: e.g. --dt 1e-3.")
-    rep = report(loaded.model, loaded.state, args.tol, dt, args.steps, args.drift)
+    coords = quantities.layout(loaded)
+    rep = report(loaded.model, loaded.state, args.tol, dt, args.steps, args.drift, coords)
     rep["model"] = args.model
     if args.json:
         json.dump(rep, sys.stdout, indent=2)
@@ -213,7 +220,7 @@ def _print(rep: dict) -> None:
     if "coordinates" in rep:
         c = rep["coordinates"]
         print(
-            f"coordinates  nq = {c['nq']}, nv = {c['nv']}; constraints outside the joint tree: {', '.join(c['loops']) or 'none'}"
+            f"coordinates  nq = {c['nq']}, nv = {c['nv']} ({'MuJoCo qpos/qvel' if c['kind'] == 'mujoco' else 'rbjax.JointSpace'}); constraints outside the joint tree: {', '.join(c['loops']) or 'none'}"
         )
     print(
         f"energy       kinetic {rep['kinetic_energy']:.6g} J, potential {rep['potential_energy']:.6g} J, "

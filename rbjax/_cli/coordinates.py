@@ -1,23 +1,27 @@
-"""The joint coordinates that an ``rbjax identify`` configuration names: rbjax.JointSpace
-coordinates by joint name (a free body by its body name), found with errors naming the
+"""The joint coordinates that an ``rbjax identify`` configuration names: the model file's
+own (MuJoCo's qpos/qvel for an MJCF or URDF file, rbjax.JointSpace's for a model file) by
+joint name (a free body by its body name), found with errors naming the
 field path, and the rbjax.Custom observation function that reads one of them."""
 
 from __future__ import annotations
 
 import dataclasses
 
+from .._analysis.joint_space import JointSpace
 from .common import CliError
 from .config import resolve
+from .quantities import Layout
 
 
 class Coordinates:
-    """The JointSpace coordinates of the model: name -> (q offset, nq, v offset, nv)."""
+    """The joint coordinates of the model in ``layout`` (the file's own: MuJoCo's qpos/qvel
+    for an MJCF or URDF file, rbjax/_cli/quantities.py): name -> (q offset, nq, v offset,
+    nv)."""
 
-    def __init__(self, model, path: str):
-        from .. import JointSpace
-
+    def __init__(self, model, path: str, layout: Layout):
+        self.layout = layout
         try:
-            js = JointSpace(model)
+            js = JointSpace(model, **layout.options())
         except ValueError as exc:
             raise CliError(f"{path}: {exc}") from None
         self.offsets: dict[str, tuple[int, int, int, int]] = {}
@@ -43,15 +47,15 @@ class Coordinates:
 
 @dataclasses.dataclass(frozen=True)
 class JointCoordinate:
-    """``fn(model, state)`` of rbjax.Custom: JointSpace positions (or velocities) [start:stop]."""
+    """``fn(model, state)`` of rbjax.Custom: joint positions (or velocities) [start:stop] in
+    ``layout``'s coordinates."""
 
     start: int
     stop: int
     velocity: bool
+    layout: Layout = Layout()
 
     def __call__(self, model, state):
-        from .. import JointSpace
-
-        js = JointSpace(model)
+        js = JointSpace(model, **self.layout.options())
         x = js.velocities(state) if self.velocity else js.positions(state)
         return x[self.start : self.stop]

@@ -11,8 +11,8 @@ The configuration (paths relative to the configuration file)::
     out = "fit.json"               # optional: write the results as JSON (--out overrides)
 
     [state]                        # optional: the initial state at t[0], in joint coordinates
-    qpos = { shoulder = 0.8 }      # rbjax.JointSpace names (joints; free bodies by body name);
-    qvel = { shoulder = 0.0 }      # a number, or a list for a multi-coordinate joint
+    qpos = { shoulder = 0.8 }      # joint names (free bodies by body name): MuJoCo's qpos for
+    qvel = { shoulder = 0.0 }      # MJCF/URDF; a number, or a list for several coordinates
 
     [[observations]]               # what was measured; one table per quantity
     kind = "position"              # position | orientation | velocity | angular_velocity
@@ -23,7 +23,7 @@ The configuration (paths relative to the configuration file)::
 
     [[observations]]
     kind = "joint_velocity"
-    coordinate = "shoulder"        # a JointSpace coordinate (joint name)
+    coordinate = "shoulder"        # a joint coordinate (joint name)
     sigma = 0.01
 
     [[parameters]]                 # what to fit; the rest of the model stays as loaded
@@ -44,8 +44,11 @@ Observations (``rbjax.Position`` and its siblings; joint coordinates through ``r
   ``orientation`` (``body``): the body's unit quaternion (w, x, y, z), residuals in rad;
   ``velocity`` (``body``): the world velocity of the centre of mass [m/s];
   ``angular_velocity`` (``body``, ``frame`` = "body" | "world") [rad/s];
-  ``joint_position`` / ``joint_velocity`` (``coordinate``): a JointSpace coordinate (a
-  revolute's angle [rad], a prismatic's displacement [m], ...) or its rate.
+  ``joint_position`` / ``joint_velocity`` (``coordinate``): a joint coordinate (a
+  revolute's angle [rad], a prismatic's displacement [m], ...) or its rate, in the model
+  file's own coordinates: MuJoCo's ``qpos``/``qvel`` for an MJCF or URDF file (a free
+  joint's position is its body frame's origin), ``rbjax.JointSpace(model)``'s for a model
+  file (a free body's centre of mass), as ``rbjax simulate`` writes them.
 * ``array`` names the data: an array (T, nb, 7) of body states as a run file stores them (``q``
   positions of the centres of mass and quaternions, ``u`` velocities and body-axis angular
   velocities; the body is found by the file's ``body_names``, else by the model's order), or
@@ -93,7 +96,7 @@ from typing import Any
 
 import numpy as np
 
-from . import arguments, config
+from . import arguments, config, quantities
 from .common import INTEGRATORS, CliError, add_meshes, load_model, output_path, writing
 from .config import array, fail, integer, number, string, table
 from .coordinates import Coordinates
@@ -256,6 +259,7 @@ def _prepare(args) -> _Problem:
 
     loaded = _load_model(config_dir, doc, args.meshes)
     model = loaded.model
+    layout = quantities.layout(loaded)  # qpos/qvel: MuJoCo's for an MJCF or URDF file
     if "dt" in doc:
         dt = number("dt", doc["dt"], positive=True, example="0.01")
     elif loaded.timestep is not None:
@@ -269,7 +273,7 @@ def _prepare(args) -> _Problem:
 
     def coords_of(path: str) -> Coordinates:
         if "c" not in cache:
-            cache["c"] = Coordinates(model, path)
+            cache["c"] = Coordinates(model, path, layout)
         return cache["c"]
 
     joint_state = bool(state_doc) or any(
@@ -308,7 +312,8 @@ def _prepare(args) -> _Problem:
     def model_coordinates():  # the model's initial joint coordinates (computed once)
         if "qv" not in cache and loaded.state is not None:
             cache["qp"], cache["qv"] = (
-                np.asarray(a, float) for a in joint_coordinates(model, loaded.state)
+                np.asarray(a, float)
+                for a in joint_coordinates(model, loaded.state, **layout.options())
             )
         return (cache["qp"], cache["qv"]) if "qv" in cache else None
 
@@ -374,7 +379,7 @@ def _prepare(args) -> _Problem:
     free = {k: k == "fit" for k in params0}
     solver = LevenbergMarquardt() if solver_name == "levenberg-marquardt" else LBFGS()
     return _Problem(
-        build=Build(tuple(specs), joint_state),
+        build=Build(tuple(specs), joint_state, layout),
         params0=params0,
         free=free,
         data=measurements,

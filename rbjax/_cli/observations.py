@@ -89,7 +89,9 @@ def observation(i: int, o, model, data: Data, coords: Coordinates | None):
                     f"store (T,) or (T, {n}) values, or a run file's {default}",
                 )
         s = sigma(f"{path}.sigma", o["sigma"], n)
-        return _made(path, Custom, JointCoordinate(start, start + n, velocity), values, s)
+        return _made(
+            path, Custom, JointCoordinate(start, start + n, velocity, coords.layout), values, s
+        )
     body = resolve(f"{path}.body", o["body"], model.names, "body")
     name = model.names[body]
     width = 4 if kind == "orientation" else 3

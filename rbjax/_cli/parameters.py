@@ -10,6 +10,7 @@ import dataclasses
 import numpy as np
 
 from .config import array, fail, resolve, string, table
+from .quantities import Layout
 
 KINDS = (
     "mass",
@@ -55,6 +56,7 @@ class Build:
 
     specs: tuple[Param, ...]
     joint_state: bool
+    layout: Layout = Layout()  # which joint coordinates qpos0/qvel0 are
 
     def __call__(self, p):
         import equinox as eqx
@@ -87,7 +89,9 @@ class Build:
             else:
                 qvel = qvel.at[k : k + spec.size].set(value)
         if self.joint_state:
-            return model, state_from_joint_coordinates(model, qpos, qvel, t=p["t0"])
+            return model, state_from_joint_coordinates(
+                model, qpos, qvel, t=p["t0"], **self.layout.options()
+            )
         return model, p["state0"]
 
 

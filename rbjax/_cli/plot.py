@@ -20,6 +20,7 @@ lines (energy and invariants: the total only).
 from __future__ import annotations
 
 import argparse
+import sys
 
 import numpy as np
 
@@ -195,6 +196,13 @@ def run(args) -> int:
                 "--sample/--samples: the run is a single simulation. Fix: leave them out."
             )
         pick = None
+    if data.batch is None:
+        failed = runfile.failures(data, None)
+    else:
+        picked = range(data.batch)[pick] if isinstance(pick, slice) else [pick]
+        failed = runfile.failures(data, picked)
+    if failed:
+        print(f"warning: {args.run_file}: {failed}", file=sys.stderr)
     plt = pyplot()
     fig, axes = plt.subplots(
         len(quantities), 1, figsize=(8, 2.6 * len(quantities)), sharex=True, squeeze=False

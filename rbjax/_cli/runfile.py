@@ -9,9 +9,14 @@ for a batch (``--batch N``); T saved times, nb bodies, nj joints:
   quaternions (w, x, y, z), world frame; ``u`` (B, T, nb, 7) velocities (v [m/s], 0, ω
   [rad/s] in body axes); ``body_names`` (nb,);
 * ``qpos`` (B, T, nq), ``qvel`` (B, T, nv) joint coordinates and velocities with
-  ``qpos_names`` / ``qvel_names`` (rbjax.JointSpace: a revolute's angle [rad], a prismatic's
+  ``qpos_names`` / ``qvel_names``; absent for scalable bodies. For an MJCF or URDF file they
+  are MuJoCo's ``data.qpos`` and ``data.qvel`` (same order and size; a free joint's position
+  is its body frame's origin, its velocity that origin's world velocity then ω in body axes);
+  for a model file, or a robot file whose joints rbjax holds in other coordinates (a note
+  says so), ``rbjax.JointSpace(model)``'s (a free body's centre of mass). ``meta``'s
+  ``coordinates`` says which: "mujoco" or "rbjax". A revolute's angle [rad], a prismatic's
   displacement [m], a spherical joint's quaternion w, x, y, z, a free body's position and
-  quaternion); absent for scalable bodies;
+  quaternion;
 * ``kinetic_energy``, ``potential_energy``, ``total_energy`` (B, T) [J];
   ``linear_momentum``, ``angular_momentum`` (B, T, 3) world frame, about the origin;
 * ``position_residual``, ``velocity_residual`` (B, T) the largest joint residual |Φ| and
@@ -199,6 +204,39 @@ def _check_shapes(run: Run, what: str, fix: str) -> None:
     for name in ("result", "failed_step"):
         if name in run and (run[name].shape != lead or run[name].dtype.kind not in "iu"):
             wrong(name, f"has shape {run[name].shape}, not one integer per system {lead}")
+
+
+def failures(run: Run, samples) -> str | None:
+    """One line naming the systems among ``samples`` (indices of a batch, or None for a single
+    run) that failed, with their result and the time of the failed step, or None. A failed
+    run's saved states are NaN (or implausible) from that step on: the plot and the animation
+    draw what comes before."""
+    if "result" not in run:
+        return None
+    codes = np.atleast_1d(run["result"])
+    steps = np.atleast_1d(run["failed_step"]) if "failed_step" in run else np.full(codes.shape, -1)
+    picked = [0] if samples is None else list(samples)
+    bad = [i for i in picked if codes[i] != 0]
+    if not bad:
+        return None
+    from .._results import RESULTS
+
+    dt = run.meta.get("dt")
+
+    def one(i):
+        try:
+            name = RESULTS(int(codes[i])).name
+        except ValueError:
+            name = f"code {int(codes[i])}"
+        at = f" at step {int(steps[i])}" if steps[i] >= 0 else ""
+        if at and isinstance(dt, (int, float)):
+            at += f" (t = {float(np.ravel(run['t'])[0]) + int(steps[i]) * dt:.6g} s)"
+        return ("" if samples is None else f"sample {i}: ") + name + at
+
+    shown = ", ".join(one(i) for i in bad[:5]) + (
+        f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+    )
+    return f"the run failed ({shown}); its states from that step on are NaN or implausible"
 
 
 def write_csv(path: str, run: Run) -> None:

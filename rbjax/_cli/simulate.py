@@ -191,13 +191,13 @@ def _segments(n_saves: int) -> int:
     return min(_divisors(n_saves), key=lambda d: abs(d - 20))
 
 
-def _memory(model, systems: int, saves: int, multipliers: bool, save_every: int) -> int:
+def _memory(model, systems: int, saves: int, multipliers: bool, save_every: int, coords) -> int:
     """The bytes of the run's arrays, counted from the model's size before anything is
     built: per saved state and system t, q and u (14 nb + 1), the multipliers (nb + joint
     rows), energies, momenta, residuals (11), joint coordinates (nq + nv) and reactions (6 per
     joint). A CliError when about :data:`PEAK` times that, the peak, exceeds the host memory
     available now."""
-    js = quantities.joint_space(model)
+    js = coords.joint_space(model)
     per = 14 * model.nb + 12 + (js.nq + js.nv if js is not None else 0)
     if multipliers:
         per += model.nb + sum(model.joint_rows) + 6 * len(model.joints)
@@ -215,7 +215,7 @@ def _memory(model, systems: int, saves: int, multipliers: bool, save_every: int)
     )
 
 
-def _initial(loaded, args, perturb):
+def _initial(loaded, args, perturb, coords):
     """The model (batched mass/inertia with mass=σ) and initial state(s), and the arrays of
     the perturbations each sample received."""
     model, state = loaded.model, loaded.state
@@ -233,7 +233,7 @@ def _initial(loaded, args, perturb):
     n = args.batch
     keys = jax.random.split(jax.random.key(args.seed), 3)
     record = {}
-    js = quantities.joint_space(model) if {"qpos", "qvel"} & set(perturb) else None
+    js = coords.joint_space(model) if {"qpos", "qvel"} & set(perturb) else None
     if js is None and ({"qpos", "qvel"} & set(perturb)):
         raise CliError(
             "--perturb qpos/qvel needs joint coordinates, which are not defined for scalable "
@@ -391,20 +391,21 @@ def run(args) -> int:
     systems = 1 if args.batch is None else args.batch
     n_steps, save_every = _steps(args.t, dt, args.save_every, systems, args.max_steps)
     multipliers = bool(args.reactions and loaded.model.joints)
-    _memory(loaded.model, systems, n_steps // save_every + 1, multipliers, save_every)
-    model, state, record = _initial(loaded, args, perturb)
+    coords = quantities.layout(loaded)  # MuJoCo's qpos/qvel for an MJCF or URDF file
+    _memory(loaded.model, systems, n_steps // save_every + 1, multipliers, save_every, coords)
+    model, state, record = _initial(loaded, args, perturb, coords)
     integrator = INTEGRATORS[args.integrator]()
     arrays, result, failed, times = _integrate(
         model, state, dt, n_steps, save_every, integrator, multipliers, show_progress(args.progress)
     )
-    arrays |= _derived(model, arrays, args.batch is not None)
+    arrays |= _derived(model, arrays, args.batch is not None, coords)
     arrays |= {
         "body_names": np.array(model.names),
         "joint_names": np.array(model.joint_names, dtype=str),
         "result": result,
         "failed_step": failed,
     }
-    js = quantities.joint_space(model)
+    js = coords.joint_space(model)
     if js is not None and js.nq:
         pos, vel = quantities.coordinate_names(js)
         arrays |= {"qpos_names": np.array(pos), "qvel_names": np.array(vel)}
@@ -429,6 +430,7 @@ def run(args) -> int:
         "jax": jax.__version__,
         "device": str(jax.devices()[0].device_kind),
         "dtype": str(arrays["q"].dtype),
+        "coordinates": coords.kind,  # qpos/qvel: "mujoco" (the file's own) or "rbjax"
     }
     with writing(args.out):
         runfile.write(args.out, arrays, meta)
@@ -438,10 +440,10 @@ def run(args) -> int:
     return _report(args, model, arrays, meta, result, failed)
 
 
-def _derived(model, arrays, batched):
+def _derived(model, arrays, batched, coords):
     lam = arrays.get("lam")
     if not batched:
-        out = quantities.derive(model, arrays["t"], arrays["q"], arrays["u"], lam)
+        out = quantities.derive(model, arrays["t"], arrays["q"], arrays["u"], lam, coords)
         return {k: np.asarray(v) for k, v in out.items()}
     n = arrays["q"].shape[0]
     mass = jnp.broadcast_to(model.mass, (n, model.nb))  # one row per sample (perturbed or not)
@@ -449,7 +451,7 @@ def _derived(model, arrays, batched):
 
     def one(m, i, t, q, u, lam_):
         return quantities.derive(
-            eqx.tree_at(lambda x: (x.mass, x.inertia), model, (m, i)), t, q, u, lam_
+            eqx.tree_at(lambda x: (x.mass, x.inertia), model, (m, i)), t, q, u, lam_, coords
         )
 
     out = jax.vmap(one)(mass, inertia, arrays["t"], arrays["q"], arrays["u"], lam)

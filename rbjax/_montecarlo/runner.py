@@ -37,7 +37,7 @@ from .._engine.joints import joint_terms
 from .._engine.layout import to_components
 from .._engine.projection import norm_rows
 from .._engine.rollout import DEFAULT_CHUNK
-from .._errors import validates_inputs
+from .._errors import check_declared, declared, validates_inputs
 from .._integrators import RK4, AbstractIntegrator, check_dt
 from .._measures import AbstractMeasure, Drift, Event, check_measures
 from .._model import Model
@@ -162,6 +162,10 @@ def _probe(sample, key):
     check_mechanism_state(model, state)
     validate_inertia("sample(key, 0): model.inertia", model.inertia)
     validate_mass("sample(key, 0): model.mass", model.mass)
+    # the rules of forces, joints and formulation, as rollout checks them: a value set with
+    # equinox.tree_at bypasses the constructor (otherwise: invalid_input on every sample)
+    where = "sample(key, 0): model"
+    check_declared(declared(model, where, fields=("forces", "joints", "formulation")))
     return model, state
 
 
