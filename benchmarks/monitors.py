@@ -5,9 +5,13 @@ The monitors are evaluated at every SAVED state (|A|² − 1 of the rigid bodies
 residual Φ, the relative energy change), so their cost is largest when every step is saved;
 the table gives save_every = 1 and 100. Models: the free body (B = 1024, 1000 steps), the
 double pendulum (B = 64, 2000 steps) and the 16-link pendulum (B = 64, 500 steps) of
-benchmarks/models.py, RK4, float64, dt = 1e-3.
+benchmarks/models.py, conservative (the energy is watched), and the 7-link arm of
+examples/models/arm7.xml with its joint damping and position servos (B = 64, 500 steps),
+whose energy balance needs the work of those forces: the loop integrates their power, one
+evaluation per step (issue 36). RK4, float64, dt = 1e-3.
 
     python benchmarks/monitors.py --json benchmarks/results/monitors_cpu.json [--repeats 5]
+        [--only arm7_mjcf]
 """
 
 from __future__ import annotations
@@ -27,7 +31,22 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
 from free_body import compile_and_run, write_records  # noqa: E402
 
-CASES = (("free_body", 1024, 1000), ("pendulum_2", 64, 2000), ("pendulum_16", 64, 500))
+CASES = (
+    ("free_body", 1024, 1000),
+    ("pendulum_2", 64, 2000),
+    ("pendulum_16", 64, 500),
+    ("arm7_mjcf", 64, 500),
+)
+ARM = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "examples", "models", "arm7.xml"
+)
+
+
+def _build(name):
+    if name == "arm7_mjcf":  # MuJoCo's compiler (the optional mujoco extra) reads the file
+        loaded = rbjax.load(ARM)
+        return loaded.model, loaded.state
+    return models.build(name)
 
 
 def _batched(state, batch: int):
@@ -41,7 +60,7 @@ def _batched(state, batch: int):
 
 
 def run_case(name, batch, steps, save_every, monitors, repeats):
-    model, state = models.build(name)
+    model, state = _build(name)
     state = _batched(state, batch)
     dt = np.asarray(1e-3)
 
@@ -65,10 +84,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--only", default=None, help="one problem of the table")
     args = parser.parse_args(argv)
     records = []
     print(f"{'problem':<12} {'B':>5} {'save':>5} {'monitors':>9} {'compile s':>10} {'run s':>9}")
     for name, batch, steps in CASES:
+        if args.only not in (None, name):
+            continue
         for save_every in (1, 100):
             for monitors in (rbjax.Plausibility(), None):
                 r = run_case(name, batch, steps, save_every, monitors, args.repeats)

@@ -46,22 +46,29 @@ from ._errors import Rule, enforce, nonzero, perpendicular, perpendicular_tol, v
 
 
 def _unit(name, x):
-    """x / |x| for a finite direction of any magnitude: the norm is taken of x scaled by its
-    largest component (|x| itself overflows from components of 1e154 on). ValueError when x
-    is not finite or |x| <= 1e-12, zero or the rounding of zero (the bound of the rule
-    :func:`rbjax._errors.nonzero` that the stored axes obey)."""
+    """x / |x| for a finite direction of any magnitude: where |x| overflows (components of
+    1e154 and more) or underflows, the norm is taken of x scaled by its largest component
+    (elsewhere x / |x| as computed directly: a unit vector comes back bit for bit).
+    ValueError when x is not finite or |x| <= 1e-12, zero or the rounding of zero (the bound
+    of the rule :func:`rbjax._errors.nonzero` that the stored axes obey)."""
     x = np.asarray(x, dtype=float)
     if not np.all(np.isfinite(x)):
         raise ValueError(f"{name} = {x.tolist()} is not finite. Fix: give a finite direction.")
-    big = float(np.max(np.abs(x))) if x.size else 0.0
-    scaled = x / big if big > 0 else x
-    n = big * float(np.linalg.norm(scaled))
+    with np.errstate(over="ignore", under="ignore"):
+        n = float(np.linalg.norm(x))
+    if np.isfinite(n) and n > 1e-100:
+        unit = x / n
+    else:
+        big = float(np.max(np.abs(x))) if x.size else 0.0
+        scaled = x / big if big > 0 else x
+        n = big * float(np.linalg.norm(scaled))
+        unit = scaled / np.linalg.norm(scaled) if big > 0 else x
     if not n > 1e-12:
         raise ValueError(
             f"{name} = {x.tolist()} has zero length (|{name}| = {n:.3g} <= 1e-12: zero or the "
             "rounding of zero). Fix: give a direction vector."
         )
-    return scaled / np.linalg.norm(scaled)
+    return unit
 
 
 def _dtype_of(*vectors):

@@ -191,13 +191,15 @@ def _segments(n_saves: int) -> int:
     return min(_divisors(n_saves), key=lambda d: abs(d - 20))
 
 
-def _memory(model, systems: int, saves: int, multipliers: bool, save_every: int, coords) -> int:
+def _memory(
+    model, systems: int, saves: int, multipliers: bool, save_every: int, coords=None
+) -> int:
     """The bytes of the run's arrays, counted from the model's size before anything is
     built: per saved state and system t, q and u (14 nb + 1), the multipliers (nb + joint
     rows), energies, momenta, residuals (11), joint coordinates (nq + nv) and reactions (6 per
     joint). A CliError when about :data:`PEAK` times that, the peak, exceeds the host memory
     available now."""
-    js = coords.joint_space(model)
+    js = (quantities.Layout() if coords is None else coords).joint_space(model)
     per = 14 * model.nb + 12 + (js.nq + js.nv if js is not None else 0)
     if multipliers:
         per += model.nb + sum(model.joint_rows) + 6 * len(model.joints)
