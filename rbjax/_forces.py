@@ -112,10 +112,12 @@ class AbstractForce(eqx.Module):
         None (the default) for a force that does not derive from a potential."""
         return None
 
-    def _engine_nonconservative(self) -> AbstractForce:
+    def _engine_nonconservative(self, model) -> AbstractForce | None:
         """The part of the force that :meth:`_engine_potential` does not account for, as a
-        force: the power of its resultants is what the work–energy monitor integrates
-        (rbjax/_engine/forces.py :func:`power`). Default: all of it."""
+        force, on the motions ``model`` allows: the power of its resultants is what the
+        work–energy monitor integrates (rbjax/_engine/forces.py :func:`power`). None where
+        the potential is not exact there (its force is not −∂V/∂q): the monitor then
+        integrates the whole force's power plus dV/dt. Default: all of it."""
         return self
 
     def _engine_energy_scale(self, model, t, q) -> Array | None:

@@ -152,8 +152,9 @@ def _spring_balance(force) -> str | None:
 
 def _without_spring(self):
     """A spring–damper less its spring (k = 0): its damping and actuator, the part of the
-    force that its potential ½ k (x − x0)² does not account for. The force is linear in k,
-    so the power of these resultants is the power of the whole force plus dV/dt."""
+    force that its potential ½ k (x − x0)² does not account for where V is the spring's
+    potential. The force is linear in k, so the power of these resultants is then the power
+    of the whole force plus dV/dt."""
     k = jnp.asarray(self.stiffness)
     return eqx.tree_at(lambda f: f.stiffness, self, jnp.zeros_like(k))
 
@@ -300,7 +301,8 @@ class TranslationalSpringDamper(AbstractForce):
     def _engine_resultants(self, model, t, q, u):
         return kernels.tsda(self, model, t, q, u)
 
-    _engine_nonconservative = _without_spring
+    def _engine_nonconservative(self, model):
+        return _without_spring(self)  # V is its spring's potential in every configuration
 
     def _engine_potential(self, model, t, q):
         return kernels.tsda_potential(self, model, t, q)
@@ -525,7 +527,9 @@ class RotationalSpringDamper(AbstractForce):
     def _engine_resultants(self, model, t, q, u):
         return kernels.rsda(self, model, t, q, u)
 
-    _engine_nonconservative = _without_spring
+    def _engine_nonconservative(self, model):
+        # V is the spring's potential only where a joint keeps the axes parallel
+        return _without_spring(self) if _on_parallel_joint(self, model) else None
 
     def _engine_potential(self, model, t, q):
         return kernels.rsda_potential(self, model, t, q)
@@ -691,7 +695,10 @@ class AxialSpringDamper(AbstractForce):
                 out = out.add_point_force(b, a, rho, force)
         return out
 
-    _engine_nonconservative = _without_spring
+    def _engine_nonconservative(self, model):
+        if self.body_i != GROUND and model.scalable[self.body_i]:
+            return None  # body i's scaling changes x: V is not the spring's potential
+        return _without_spring(self)
 
     def _engine_potential(self, model, t, q):
         return kernels.axial_potential(self, model, t, q)

@@ -657,6 +657,37 @@ def test_the_work_of_a_user_force_is_integrated_to_the_integrator_s_accuracy():
     assert values[0] / values[1] > 8 and plain[0] / plain[1] < 4
 
 
+def test_a_spring_whose_energy_is_not_its_potential_is_balanced_by_its_whole_power():
+    """An RSDA between two free bodies (no joint keeps its axes parallel): its torque about
+    body i's axis is not the gradient of ½ k θ², so E = T + V is not conserved (0.22 J grows
+    by 5.3 J in 2 s) and the balance needs the spring's whole power plus dV/dt. Measured
+    9.5e-8 with it; 0.96, a false alarm, when only the damping and actuator power was
+    integrated (as for a spring whose V is exact)."""
+    half = 0.15  # half the angle of body 1's rotation about (0.6, 0.8, 0)
+    a = np.array([np.cos(half), 0.6 * np.sin(half), 0.8 * np.sin(half), 0.0])
+    rsda = rbjax.RotationalSpringDamper(
+        0,
+        1,
+        axis_i=[0, 0, 1.0],
+        axis_j=[0, 0, 1.0],
+        ref_i=[1.0, 0, 0],
+        ref_j=[1.0, 0, 0],
+        stiffness=1.0,
+    )
+    bodies = [rbjax.Body(1.0, [0.1, 0.2, 0.25]), rbjax.Body(2.0, [0.3, 0.2, 0.25])]
+    model = rbjax.Model(bodies, forces=[rsda])
+    s0 = rbjax.make_state(
+        position=[[0, 0, 0], [1.0, 0, 0]],
+        quaternion=np.array([[1.0, 0, 0, 0], a]),
+        omega_body=[[0.5, -0.3, 1.0], [0.2, 0.7, -0.4]],
+    )
+    tr = rbjax.rollout(model, s0, 1e-3, 2000, save_every=100, throw=False)
+    e = np.asarray(rbjax.total_energy(model, tr.states))
+    assert np.max(np.abs(e - e[0])) > 10 * e[0]  # V is not its potential: E is not conserved
+    assert int(tr.result) == rbjax.RESULTS.successful
+    assert float(tr.monitors["energy"]) < 1e-6
+
+
 def test_a_damper_joins_the_balance_and_too_much_damping_is_seen():
     """Dampers used to be judged by a one-sided rule (the energy may only fall), which cannot
     see an integrator that dissipates on its own: a lightly damped spring (k = 100, c = 0.2,

@@ -391,34 +391,47 @@ def _add_forces(total: Resultants, forces, model, t, q, u) -> Resultants:
 
 def power(forces, model, t, q, u) -> Array:
     """The power [W], (*batch,), of ``forces`` (a sequence of the model's forces) that no
-    potential accounts for. A spring–damper with a kernel of its own (``_engine_power``:
-    :func:`tsda_power`, :func:`rsda_power`) gives its damping and actuator power from its
-    geometry directly (half the program of its resultants); any other force the power of
-    the resultants (F, S_C, M_C) of its non-conservative part (``_engine_nonconservative``:
-    an axial spring–damper without its spring, k = 0; any other force whole) on
-    u = (v, ν, ω):
+    potential accounts for:
 
-        P = Σ_b (Fᵀ v + S_C ν + M_Cᵀ ω)_b
+        P = Σ_b (Fᵀ v + S_C ν + M_Cᵀ ω)_b  [+ Σ_f dV_f/dt]
 
-    (Möller & Glocker 2012, eq. (92) with δu = u: the generalized force is conjugate to u,
-    and the gyroscopic terms of eq. (93) do no work, so dT/dt = that power). A spring's force
-    is −∂V/∂q of the potential V that :func:`rbjax.potential_energy` counts in E, so
+    the power of the resultants (F, S_C, M_C) on u = (v, ν, ω) (Möller & Glocker 2012, eq.
+    (92) with δu = u: the generalized force is conjugate to u, and the gyroscopic terms of eq.
+    (93) do no work, so dT/dt = that power) of each force's non-conservative part
+    (``_engine_nonconservative``: a spring–damper without its spring, k = 0, where V is the
+    spring's potential; any other force whole). A spring–damper with a kernel of its own
+    (``_engine_power``: :func:`tsda_power`, :func:`rsda_power`) gives that power from its
+    geometry directly (half the program of its resultants). Where a spring's V is not its
+    potential on the model's motions (an RSDA whose axes no joint keeps parallel, an axial
+    spring on a scalable body), the whole force's power plus dV/dt, by a jvp along
+    (ṫ, q̇) = (1, Q⁻¹ u), of the V that :func:`rbjax.potential_energy` counts in E. Then
     d(T + V)/dt = P for a model whose joints do not depend on time (their reactions do no
     work). Forces of one type are evaluated together, as in the dynamics."""
     p = jnp.zeros(q.shape[1:-1], q.dtype)
-    rest = []
+    rest, inexact = [], []
     for group in _force_groups(forces):
+        parts = [f._engine_nonconservative(model) for f in group]
+        inexact += [f for f, part in zip(group, parts, strict=True) if part is None]
+        exact = [f for f, part in zip(group, parts, strict=True) if part is not None]
         kernel = type(group[0]).__dict__.get("_engine_power")
         if kernel is None:
-            rest += [f._engine_nonconservative() for f in group]
-        elif len(group) > 1:
-            p = p + _group_sum(group, kernel, model, t, q, u)
-        else:
-            p = p + kernel(group[0], model, t, q, u)
+            rest += [part for part in parts if part is not None]
+        elif len(exact) > 1:
+            p = p + _group_sum(exact, kernel, model, t, q, u)
+        elif exact:
+            p = p + kernel(exact[0], model, t, q, u)
+    rest += inexact
     if rest:
         zero3 = jnp.zeros((3,) + q.shape[1:], q.dtype)
         none = Resultants(F=zero3, S=jnp.zeros(q.shape[1:], q.dtype), M=zero3)
         res = _add_forces(none, rest, model, t, q, u)
         pb = cf.dot3(res.F, u[0:3]) + res.S * u[3] + cf.dot3(res.M, u[4:7])
         p = p + jnp.sum(pb, axis=-1)
+    if inexact:
+
+        def v(tt, qq):
+            return sum(f._engine_potential(model, tt, qq) for f in inexact)
+
+        qdot = model.formulation._engine_kinematics(q, u)
+        p = p + jax.jvp(v, (t, q), (jnp.ones_like(t), qdot))[1]
     return p
