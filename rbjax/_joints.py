@@ -89,13 +89,13 @@ def _perpendicular(z):
     return x / np.linalg.norm(x)
 
 
-def _frame_vectors(name, z, x):
+def _frame_vectors(name, z, x, kind):
     """Validate (z, x) in body axes; default x ⟂ z. Returns unit z and unit x with xᵀz = 0
-    (to :func:`rbjax._errors.perpendicular_tol` of the dtype they were given in)."""
-    z_given, z = z, _unit(f"{name}.z", z)
+    to :func:`rbjax._errors.perpendicular_tol` of ``kind``, the dtype they were given in."""
+    z = _unit(f"{name}.z", z)
     if x is None:
         return z, _perpendicular(z)
-    tol = perpendicular_tol(_dtype_of(z_given, x))
+    tol = perpendicular_tol(kind)
     x = _unit(f"{name}.x", x)
     if abs(np.dot(x, z)) > tol:
         raise ValueError(
@@ -155,13 +155,14 @@ class AbstractJoint(AbstractConstraint):
     ):
         name = type(self).__name__ if name is None else name
         self.body_i, self.body_j, self.name = body_i, body_j, name
-        zi, xi = _frame_vectors(f"{name} (body i frame)", z_i, x_i)
-        zj, xj = _frame_vectors(f"{name} (body j frame)", zi if z_j is None else z_j, x_j)
+        # the directions are checked and stored in the dtype they were given in: the frame
+        # rule then reads them to its rounding
+        kind = _dtype_of(z_i, z_j, x_i, x_j)
+        zi, xi = _frame_vectors(f"{name} (body i frame)", z_i, x_i, kind)
+        zj, xj = _frame_vectors(f"{name} (body j frame)", zi if z_j is None else z_j, x_j, kind)
         if z_j is None and x_j is None:
             xj = xi
         self.s_i, self.s_j = _vec(f"{name}.s_i", s_i), _vec(f"{name}.s_j", s_j)
-        # stored in the dtype they were given in: the frame rule then reads them to its rounding
-        kind = _dtype_of(z_i, z_j, x_i, x_j)
         self.z_i, self.z_j = (
             _vec(f"{name}.{f}", v.astype(kind)) for f, v in (("z_i", zi), ("z_j", zj))
         )
