@@ -17,10 +17,11 @@ import warnings
 import numpy as np
 import pytest
 from conftest import assert_close
+from test_mechanisms import slider_crank_parts
 from test_redundant_loops import door, planar_loop
 
 import rbjax
-from rbjax import GROUND, SingularConfigurationWarning
+from rbjax import SingularConfigurationWarning
 from rbjax._analysis.checks import check_mechanism_state
 
 R, TH0, W = 0.2, 0.3, 2.0  # crank = rod length [m], initial crank angle [rad], motor [rad/s]
@@ -28,53 +29,13 @@ TC = (np.pi / 2 - TH0) / W  # the change point: θ = 90°
 H = 2 * TC / 20  # step of the time grids
 
 
-def _quat_z(angle):
-    return np.array([np.cos(angle / 2), 0.0, 0.0, np.sin(angle / 2)])
-
-
 def slider_crank(*, driven=True, th=TH0):
-    """Crank (revolute about z), rod (spherical at the crank pin, universal at the wrist),
-    slider (translational along x), r = l = R, on the smooth branch at crank angle ``th``:
-    rod angle −θ, slider at x = 2r cos θ. ``driven``: a motor θ = θ₀ + ω t."""
-    xs = 2 * R * np.cos(th)
-    pc = np.array([R * np.cos(th), R * np.sin(th), 0.0])
-    q0 = np.stack(
-        [
-            np.r_[pc / 2, _quat_z(th)],
-            np.r_[(pc + np.array([xs, 0.0, 0.0])) / 2, _quat_z(-th)],
-            np.r_[xs, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
-        ]
-    )
-    bodies = [
-        rbjax.Body(1.0, np.diag([1e-3, 1e-2, 1e-2]), name="crank"),
-        rbjax.Body(2.0, np.diag([1e-3, 6e-2, 6e-2]), name="rod"),
-        rbjax.Body(3.0, np.diag([1e-2, 1e-2, 1e-2]), name="slider"),
-    ]
-    wrist = rbjax.Universal.at(q0, 1, 2, point=[xs, 0, 0], axis=[0, 0, 1])
-    joints = [
-        rbjax.Revolute.at(q0, GROUND, 0, point=[0, 0, 0], axis=[0, 0, 1], x=[1, 0, 0], name="main"),
-        rbjax.Spherical.at(q0, 0, 1, point=pc, name="crankpin"),
-        rbjax.Universal(
-            1,
-            2,
-            s_i=wrist.s_i,
-            s_j=wrist.s_j,
-            z_i=np.asarray(wrist.z_i),
-            z_j=[0, 1, 0],
-            name="wristpin",
-        ),  # fmt: skip
-        rbjax.Translational.at(
-            q0, GROUND, 2, point=[0, 0, 0], axis=[1, 0, 0], x=[0, 1, 0], name="slide"
-        ),
-    ]
-    if driven:
-        motor = rbjax.RotationDriver.at(
-            q0, GROUND, 0, point=[0, 0, 0], axis=[0, 0, 1], x=[1, 0, 0], f=lambda t: W * t,
-            name="motor",
-        )  # fmt: skip
-        joints.append(motor)
-    model = rbjax.Model(bodies, joints=joints, gravity=[0.0, 0.0, -9.81])
-    return model, rbjax.make_state(position=q0[:, :3], quaternion=q0[:, 3:])
+    """The slider-crank of tests/test_mechanisms.py with r = l = R, on the smooth branch at
+    crank angle ``th``: rod angle −θ, slider at x = 2r cos θ. ``driven``: a motor θ = θ₀ + ω t."""
+    bodies, joints, model, state = slider_crank_parts(R, R, th, W, [0.0, 0.0, -9.81])
+    if not driven:
+        model = rbjax.Model(bodies, joints=joints, gravity=[0.0, 0.0, -9.81])
+    return model, state
 
 
 @pytest.fixture(scope="module")

@@ -449,10 +449,12 @@ def sc_closed_form(th):
     return x, xp, xpp
 
 
-@pytest.fixture(scope="module")
-def slider_crank():
-    r, l, th0 = SC_R, SC_L, SC_TH0
-    xs = sc_closed_form(th0)[0]
+def slider_crank_parts(r, l, th0, w, gravity):
+    """The slider-crank at crank angle ``th0`` on its smooth branch: crank (revolute about z),
+    rod (spherical at the crank pin, universal at the wrist), slider (translational along x),
+    crank r and rod l. Returns (bodies, joints, the model driven by the motor θ = θ₀ + w t,
+    the state at rest); tests/test_change_points.py builds its r = l mechanism here too."""
+    xs = r * np.cos(th0) + np.sqrt(l**2 - (r * np.sin(th0)) ** 2)
     pc = np.array([r * np.cos(th0), r * np.sin(th0), 0])
     phi = -np.arcsin(r * np.sin(th0) / l)
     q0 = np.stack(
@@ -492,12 +494,17 @@ def slider_crank():
         point=[0, 0, 0],
         axis=[0, 0, 1],
         x=[1, 0, 0],
-        f=lambda t: SC_W * t,
+        f=lambda t: w * t,
         name="motor",
     )
-    driven = rbjax.Model(bodies, joints=joints + [motor], gravity=SC_GRAV)
+    driven = rbjax.Model(bodies, joints=joints + [motor], gravity=gravity)
     st0 = rbjax.make_state(position=q0[:, :3], quaternion=q0[:, 3:])
     return bodies, joints, driven, st0
+
+
+@pytest.fixture(scope="module")
+def slider_crank():
+    return slider_crank_parts(SC_R, SC_L, SC_TH0, SC_W, SC_GRAV)
 
 
 # The slider-crank's kinematic analysis against the closed form and its motor torque against the
