@@ -442,22 +442,7 @@ def build_from_mujoco(
     qvel = None if qvel is None else _coordinates(m, "qvel", qvel)
     ctrl, signal = _controls(m, control)
 
-    dis = int(m.opt.disableflags)
-    off = {
-        n: bool(dis & int(getattr(mujoco.mjtDisableBit, f"mjDSBL_{n}")))
-        for n in (
-            "CONTACT",
-            "LIMIT",
-            "EQUALITY",
-            "SPRING",
-            "DAMPER",
-            "GRAVITY",
-            "ACTUATION",
-            "FRICTIONLOSS",
-            "CONSTRAINT",
-            "CLAMPCTRL",
-        )
-    }
+    off = disabled(m)
     problems: list[str] = []
     d = mujoco.MjData(m)
     d.qpos[:] = m.qpos0
@@ -667,23 +652,9 @@ def build_from_mujoco(
             continue
         if off["ACTUATION"] or _group_disabled(m, a):
             continue  # MuJoCo applies no force: nothing to simulate
-        j = int(m.actuator_trnid[a, 0])
-        adr = int(_field(m, "actuator_ctrladr", a, a))
-        fixed = int(m.actuator_gaintype[a]) == int(mujoco.mjtGain.mjGAIN_FIXED)
-        act = Actuator(
-            gain=m.actuator_gainprm[a, 0:3] * (np.array([1.0, 0.0, 0.0]) if fixed else 1.0),
-            bias=m.actuator_biasprm[a, 0:3] if int(m.actuator_biastype[a]) else np.zeros(3),
-            gear=float(m.actuator_gear[a, 0]),
-            control=signal if signal is not None else 0.0 if ctrl is None else float(ctrl[adr]),
-            index=None if signal is None else adr,
-            ctrl_range=m.actuator_ctrlrange[a]
-            if _limited(m, a, "ctrl") and not off["CLAMPCTRL"]
-            else None,
-            force_range=m.actuator_forcerange[a] if _limited(m, a, "force") else None,
-            offset=float(m.qpos0[m.jnt_qposadr[j]]),
-            name=name,
+        on_joint.append(
+            (int(m.actuator_trnid[a, 0]), joint_actuator(m, a, name, ctrl, signal, off))
         )
-        on_joint.append((j, act))
     capped = {j for j, _ in on_joint if m.jnt_actfrclimited[j]}
     for j, act in on_joint:
         if j not in capped:
@@ -737,6 +708,38 @@ def build_from_mujoco(
     if closes_loops:
         rb_model, state = _close_loops(rb_model, state)
     return rb_model, state, float(m.opt.timestep), source
+
+
+def disabled(m) -> dict[str, bool]:
+    """Which of MuJoCo's disable flags that change what rbjax simulates are set."""
+    mujoco = _mujoco()
+    dis = int(m.opt.disableflags)
+    names = ("CONTACT", "LIMIT", "EQUALITY", "SPRING", "DAMPER", "GRAVITY", "ACTUATION")
+    names += ("FRICTIONLOSS", "CONSTRAINT", "CLAMPCTRL")
+    return {n: bool(dis & int(getattr(mujoco.mjtDisableBit, f"mjDSBL_{n}"))) for n in names}
+
+
+def joint_actuator(m, a, name, ctrl, signal, off) -> Actuator:
+    """The :class:`rbjax.Actuator` of MuJoCo's actuator ``a`` on a hinge or slide (MuJoCo's
+    mj_fwdActuation: clamp(gain·clamp(u) + bias, forcerange) times its gear), its control the
+    constant ``ctrl`` entry or the ``signal`` u(t)."""
+    mujoco = _mujoco()
+    j = int(m.actuator_trnid[a, 0])
+    adr = int(_field(m, "actuator_ctrladr", a, a))
+    fixed = int(m.actuator_gaintype[a]) == int(mujoco.mjtGain.mjGAIN_FIXED)
+    return Actuator(
+        gain=m.actuator_gainprm[a, 0:3] * (np.array([1.0, 0.0, 0.0]) if fixed else 1.0),
+        bias=m.actuator_biasprm[a, 0:3] if int(m.actuator_biastype[a]) else np.zeros(3),
+        gear=float(m.actuator_gear[a, 0]),
+        control=signal if signal is not None else 0.0 if ctrl is None else float(ctrl[adr]),
+        index=None if signal is None else adr,
+        ctrl_range=m.actuator_ctrlrange[a]
+        if _limited(m, a, "ctrl") and not off["CLAMPCTRL"]
+        else None,
+        force_range=m.actuator_forcerange[a] if _limited(m, a, "force") else None,
+        offset=float(m.qpos0[m.jnt_qposadr[j]]),
+        name=name,
+    )
 
 
 def _close_loops(model, state):

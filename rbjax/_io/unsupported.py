@@ -9,11 +9,13 @@ import numpy as np
 from .mujoco import _field, _joint_transmission, _mujoco, _nactuator, _name
 
 
-def unsupported(m, off, body_name, joint_name) -> list[str]:
+def unsupported(m, off, body_name, joint_name, *, armature: bool = False) -> list[str]:
     """What the compiled MuJoCo model ``m`` uses that rbjax does not simulate, one line each
     (contacts, limits, friction loss, armature, tendons, sensors, flex, mocap, fluid forces,
     plugins, nonlinear springs and dampers, soft equalities, sleeping), given the disabled
-    flags ``off`` and the body and joint names: the loader warns or raises with them."""
+    flags ``off`` and the body and joint names: the loader warns or raises with them.
+    ``armature=True``: the formulation simulates armature (joint coordinates), so it is not
+    listed."""
     mujoco = _mujoco()
 
     out = []
@@ -38,7 +40,7 @@ def unsupported(m, off, body_name, joint_name) -> list[str]:
         if fl:
             out.append(f"friction loss on joints {fl}")
     arm = [joint_name[j] for j in range(m.njnt) if np.any(_dofs(m, j, m.dof_armature))]
-    if arm:
+    if arm and not armature:
         out.append(f"armature (rotor inertia) on joints {arm}")
     if m.ntendon:
         names = [_name(m, mujoco.mjtObj.mjOBJ_TENDON, t, f"tendon{t}") for t in range(m.ntendon)]
