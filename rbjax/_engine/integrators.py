@@ -1,7 +1,9 @@
 """Time stepping in the engine's layout: the kernels behind rbjax's integrators.
 
 Every step maps component-first (t (*batch, 1), q, u (7, *batch, nb), h) to (t, q, u, ok), ok
-(*batch,) False where an inner solver failed. The public classes in rbjax/_integrators.py
+(*batch,) False where an inner solver failed. The explicit steps take any component counts
+(nq, *batch, nb), (nv, *batch, nb): a tree in joint coordinates runs them on (nq, *batch, 1),
+(nv, *batch, 1) (rbjax/_tree/rollout.py). The public classes in rbjax/_integrators.py
 document the methods and call these.
 """
 
@@ -15,6 +17,14 @@ from jaxtyping import Array, Bool, Float
 from .projection import project_position, project_velocity
 
 
+def large_step(model) -> bool:
+    """Whether one right-hand side of ``model`` is large (a mechanism's joints, or a tree in
+    joint coordinates: ``model.large_step``): its RK stages then run in a ``lax.scan`` and its
+    rollout checks every step, which traces the right-hand side once instead of once per
+    stage plus once to locate a failure (compile time dominates such rollouts)."""
+    return bool(getattr(model, "large_step", False) or model.joints)
+
+
 def _ok(t):
     return jnp.ones(t.shape[:-1], dtype=bool)
 
@@ -22,13 +32,13 @@ def _ok(t):
 def semi_implicit_euler_step(
     model,
     t: Float[Array, "*batch 1"],
-    q: Float[Array, "7 *batch nb"],
-    u: Float[Array, "7 *batch nb"],
+    q: Float[Array, "nq *batch nb"],
+    u: Float[Array, "nv *batch nb"],
     h: Float[Array, ""],
 ) -> tuple[
     Float[Array, "*batch 1"],
-    Float[Array, "7 *batch nb"],
-    Float[Array, "7 *batch nb"],
+    Float[Array, "nq *batch nb"],
+    Float[Array, "nv *batch nb"],
     Bool[Array, "*batch"],
 ]:
     """u⁺ = u + h u̇(t, q, u), q⁺ = q + h q̇(q, u⁺) (rbjax.SemiImplicitEuler)."""
@@ -43,17 +53,17 @@ def explicit_rk_step(
     tab,
     model,
     t: Float[Array, "*batch 1"],
-    q: Float[Array, "7 *batch nb"],
-    u: Float[Array, "7 *batch nb"],
+    q: Float[Array, "nq *batch nb"],
+    u: Float[Array, "nv *batch nb"],
     h: Float[Array, ""],
 ) -> tuple[
     Float[Array, "*batch 1"],
-    Float[Array, "7 *batch nb"],
-    Float[Array, "7 *batch nb"],
+    Float[Array, "nq *batch nb"],
+    Float[Array, "nv *batch nb"],
     Bool[Array, "*batch"],
 ]:
     """One step of the explicit Runge–Kutta method with Butcher tableau ``tab``."""
-    if model.joints:
+    if large_step(model):
         return _explicit_rk_looped(tab, model, t, q, u, h)
     f = model.formulation
     ks = []

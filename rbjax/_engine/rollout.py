@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from .._results import RESULTS
 from . import measures as measure, monitors as monitor
+from .integrators import large_step
 
 _OK, _NONFINITE, _SOLVER_FAILED, _IMPLAUSIBLE = (
     int(RESULTS.successful),
@@ -108,7 +109,7 @@ def integrate(
     # then located by re-running only the failing chunk (see ``locate`` below).
     # Mechanisms: the step is large, so a per-step check is cheap and saves compiling the step a
     # second time for ``locate`` (compile time dominates mechanism rollouts).
-    per_step = bool(model.joints)
+    per_step = large_step(model)
 
     def checked_step(carry, k):
         t, q, u, ok_all, first, accs, wk = carry
