@@ -146,6 +146,12 @@ from ._springs import (
 )
 from ._state import State as State, make_state as make_state
 from ._step import step as step
+from ._tree.model import (
+    JointCoordinates as JointCoordinates,
+    JointModel as JointModel,
+    JointState as JointState,
+)
+from ._tree.rollout import JointTrajectory as JointTrajectory
 
 try:
     __version__ = _metadata.version("rbjax")

@@ -36,6 +36,8 @@ from ._model import require_model
 from ._monitors import Plausibility, energy_watch
 from ._results import RESULTS
 from ._state import State, saved_state
+from ._tree.model import JointModel, JointState
+from ._tree.rollout import JointTrajectory
 
 
 class Trajectory(eqx.Module):
@@ -273,7 +275,7 @@ _DEFAULT_MONITORS = Plausibility()
 @validates_inputs
 def rollout(
     model,
-    state0: State | Trajectory,
+    state0: State | Trajectory | JointState | JointTrajectory,
     dt,
     n_steps: int,
     *,
@@ -286,7 +288,7 @@ def rollout(
     measures: dict | None = None,
     monitors: Plausibility | None = _DEFAULT_MONITORS,
     check_gradients: bool = False,
-) -> Trajectory:
+) -> Trajectory | JointTrajectory:
     """Integrate ``n_steps`` steps of size ``dt`` and save every ``save_every``-th state.
 
     ``state0``: the initial :class:`State`, or a :class:`Trajectory` to CONTINUE from its
@@ -350,6 +352,27 @@ def rollout(
     gradient with respect to ``state0`` or the model (rbjax/_gradient_guard.py;
     :func:`rbjax.nonfinite_gradient` then names the step and the force). Not for forward mode.
     """
+    if isinstance(model, JointModel):  # joint coordinates: rbjax/_tree/rollout.py
+        asked = [
+            name
+            for name, on in (
+                ("multipliers=True", multipliers),
+                ("measures", measures),
+                ("monitors", monitors is not None and monitors is not _DEFAULT_MONITORS),
+                ("check_gradients=True", check_gradients),
+            )
+            if on
+        ]
+        if asked:
+            raise ValueError(
+                f"rollout: {', '.join(asked)}: not available for a JointModel yet (joint "
+                "coordinates have no joint multipliers; measures and monitors run on maximal "
+                "coordinates). Fix: leave them out, or load the model with "
+                "formulation=None for maximal coordinates."
+            )
+        return _joint_rollout(
+            model, state0, dt, n_steps, integrator, save_every, throw, batch_chunk, checkpoint
+        )
     require_model(model)
     integrator = RK4() if integrator is None else integrator
     if not isinstance(integrator, AbstractIntegrator):
@@ -374,22 +397,7 @@ def rollout(
             f"state0 = {type(state0).__name__} is not an rbjax.State or Trajectory. Fix: build "
             "it with rbjax.make_state(...), or pass a Trajectory to continue it."
         )
-    check_dt(dt)
-    if (
-        isinstance(n_steps, (bool, np.bool_))
-        or not isinstance(n_steps, (int, np.integer))
-        or n_steps < 1
-    ):
-        raise ValueError(
-            f"n_steps = {n_steps!r} is not a positive integer. Fix: pass the number of steps as an int >= 1."
-        )
-    bad_type = isinstance(save_every, (bool, np.bool_)) or not isinstance(
-        save_every, (int, np.integer)
-    )
-    if bad_type or save_every < 1 or n_steps % save_every:
-        raise ValueError(
-            f"save_every = {save_every!r} does not divide n_steps = {n_steps}. Fix: choose save_every >= 1 with n_steps % save_every == 0."
-        )
+    _check_steps(dt, n_steps, save_every)
     if continuing:  # the integrator's drift is accepted; the body count is still checked
         model.check_state(state0, atol=float("inf"))
     else:
@@ -446,13 +454,55 @@ def rollout(
         # continued rollout equals one longer rollout bit for bit; XLA compiles the loop
         # differently when the monitors share its program, measured 1e-14 apart on a double
         # pendulum)
-        traj = _monitored(traj, model, spec, int(save_every), jnp.asarray(dt, state0.q.dtype))
+        traj = _monitored(traj, model, spec, int(save_every), jnp.asarray(dt, traj.q.dtype))
     if throw and not traced:
         if is_concrete(traj.result):
             _raise_on_failure(traj, int(n_steps), spec, model, state0)
         else:  # concrete inputs, but called inside a caller's jit: check in its program
             traj = _error_if_failed(traj, int(n_steps), spec, _loops_note(model, None))
     return guard_output(traj) if check_gradients else traj
+
+
+def _check_steps(dt, n_steps, save_every) -> None:
+    """dt > 0 and finite, n_steps a positive int, save_every a divisor of it (ValueError)."""
+    check_dt(dt)
+    if (
+        isinstance(n_steps, (bool, np.bool_))
+        or not isinstance(n_steps, (int, np.integer))
+        or n_steps < 1
+    ):
+        raise ValueError(
+            f"n_steps = {n_steps!r} is not a positive integer. Fix: pass the number of steps as an int >= 1."
+        )
+    bad_type = isinstance(save_every, (bool, np.bool_)) or not isinstance(
+        save_every, (int, np.integer)
+    )
+    if bad_type or save_every < 1 or n_steps % save_every:
+        raise ValueError(
+            f"save_every = {save_every!r} does not divide n_steps = {n_steps}. Fix: choose save_every >= 1 with n_steps % save_every == 0."
+        )
+
+
+def _joint_rollout(
+    model, state0, dt, n_steps, integrator, save_every, throw, batch_chunk, checkpoint
+):
+    """:func:`rollout` of a :class:`JointModel` after the checks both formulations share."""
+    from ._tree.rollout import rollout_tree
+
+    integrator = RK4() if integrator is None else integrator
+    _check_steps(dt, n_steps, save_every)
+    interval = _checkpoint_interval(checkpoint, int(n_steps), int(save_every))
+    return rollout_tree(
+        model,
+        state0,
+        dt,
+        n_steps,
+        integrator=integrator,
+        save_every=save_every,
+        throw=throw,
+        batch_chunk=batch_chunk,
+        checkpoint=interval,
+    )
 
 
 @eqx.filter_jit

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from .._state import State
+from .._tree.model import JointCoordinates, JointModel, JointState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,7 +18,7 @@ class Loaded:
     maps between MuJoCo's joints and rbjax's bodies and joints)."""
 
     model: Any
-    state: State | None
+    state: State | JointState | None
     timestep: float | None
     source: Any = None
 
@@ -25,7 +26,13 @@ class Loaded:
         """The :class:`rbjax.JointSpace` of the loaded model in the file's own joint
         coordinates: for MJCF/URDF exactly MuJoCo's ``qpos`` and ``qvel`` (order, sizes, a free
         joint's body-frame origin; :meth:`~rbjax.advanced.MujocoSource.joint_space`), for an
-        rbjax model file ``rbjax.JointSpace(model)``."""
+        rbjax model file ``rbjax.JointSpace(model)``. A :class:`rbjax.JointModel` is already in
+        those coordinates: its state is qpos/qvel (ValueError)."""
+        if isinstance(self.model, JointModel):
+            raise ValueError(
+                "Loaded.joint_space(): the model was loaded in joint coordinates; its state "
+                "already holds MuJoCo's qpos/qvel. Fix: read state.qpos and state.qvel."
+            )
         if self.source is None:
             from .._analysis.joint_space import JointSpace
 
@@ -67,7 +74,11 @@ def load(
     for a model without actuators, a wrong size, NaN) is a ValueError naming it.
     ``unsupported``: elements with dynamics rbjax does not model (contacts, joint limits,
     tendons, ...) are listed by name in one warning (``"warn"``) or a ValueError
-    (``"error"``). ``formulation``: default :class:`rbjax.ScalableDAE` (loop closures whose equations are
+    (``"error"``). ``formulation=rbjax.JointCoordinates()`` loads the file's kinematic tree
+    in joint coordinates instead: a :class:`rbjax.JointModel` whose state is MuJoCo's
+    qpos/qvel, any number and order of hinge, slide and ball joints per body, armature
+    simulated (rbjax/_io/mujoco_tree.py; equality constraints are not yet simulated there and
+    are named in the warning). Otherwise ``formulation``: default :class:`rbjax.ScalableDAE` (loop closures whose equations are
     redundant, as a planar loop closed by a connect, run in every formulation); the initial state is assembled onto the loop closures if
     it violates them (with a warning saying by how much). ``meshes=False`` compiles the file
     without its mesh geoms (a URDF whose ``package://`` meshes are not at hand): allowed when
@@ -81,6 +92,21 @@ def load(
     ext = os.path.splitext(path)[1].lower()
     if not os.path.isfile(path):
         raise ValueError(f"load: {path!r} is not a file. Fix: give the path of a model file.")
+    if ext in (".xml", ".mjcf", ".urdf") and isinstance(formulation, JointCoordinates):
+        from .mujoco import _compile, _mujoco
+        from .mujoco_tree import build_tree_from_mujoco
+
+        m = _compile(_mujoco(), path, meshes)
+        model, state, timestep, source = build_tree_from_mujoco(
+            m,
+            qpos=qpos,
+            qvel=qvel,
+            control=control,
+            unsupported=unsupported,
+            dtype=dtype,
+            formulation=formulation,
+        )
+        return Loaded(model, state, timestep, source)
     if ext in (".xml", ".mjcf", ".urdf"):
         from .mujoco import load_mujoco
 

@@ -1,0 +1,168 @@
+"""MJCF/URDF onto joint coordinates: a compiled ``mujoco.MjModel`` as a :class:`rbjax.JointModel`.
+
+The map is one to one: every MuJoCo body but the world is a body of the tree (its parent, its
+frame ``body_pos``/``body_quat`` at qpos0, its inertial frame ``body_ipos``/``body_iquat`` with
+the principal moments ``body_inertia``), every joint a joint of the same type in the same
+order (``jnt_pos``, ``jnt_axis``, ``qpos0``), so the state IS MuJoCo's qpos/qvel and any number
+and order of hinge, slide and ball joints per body loads. Passive forces as MuJoCo's
+mj_passive (``jnt_stiffness`` about ``qpos_spring``, ``dof_damping``, ``body_gravcomp``),
+``dof_armature`` added to the mass matrix as in mj_crb, actuators on joints as
+:class:`rbjax.Actuator` (rbjax/_io/mujoco.py, ``joint_actuator``), gravity. A free joint's body
+offset is not used (MuJoCo sets that body's pose from qpos).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .._actuators import JointActuators
+from .._tree.model import JointModel, JointState
+from .mujoco import (
+    _controls,
+    _coordinates,
+    _mujoco,
+    _nactuator,
+    _name,
+    _quat_matrix,
+    disabled,
+    joint_actuator,
+)
+
+_TYPES = {0: "free", 1: "ball", 2: "slide", 3: "hinge"}
+
+
+def build_tree_from_mujoco(
+    m, *, qpos=None, qvel=None, control=None, unsupported="warn", dtype=None, formulation=None
+):
+    """(JointModel, JointState, timestep, None) of the compiled model ``m`` (module
+    docstring); the options are :func:`rbjax.load`'s."""
+    from . import unsupported as features
+
+    if unsupported not in ("warn", "error"):
+        raise ValueError(
+            f"load: unsupported = {unsupported!r} is not a policy. Fix: use 'warn' or 'error'."
+        )
+    mujoco = _mujoco()
+    qpos = None if qpos is None else _coordinates(m, "qpos", qpos)
+    qvel = None if qvel is None else _coordinates(m, "qvel", qvel)
+    ctrl, signal = _controls(m, control)
+    off = disabled(m)
+    body_name = [_name(m, mujoco.mjtObj.mjOBJ_BODY, k, f"body{k}") for k in range(m.nbody)]
+    joint_name = [_name(m, mujoco.mjtObj.mjOBJ_JOINT, j, f"joint{j}") for j in range(m.njnt)]
+    if m.njnt == 0:
+        raise ValueError(
+            "load: the MuJoCo model has no moving body (no joints). Fix: add a joint (e.g. "
+            "<freejoint/>) to the bodies that should move."
+        )
+    nb = m.nbody - 1
+    types = [_TYPES[int(t)] for t in m.jnt_type]
+    body_pos = np.array(m.body_pos[1:], dtype=float)
+    body_quat = np.array(m.body_quat[1:], dtype=float)
+    for j, k in enumerate(types):
+        if k == "free":  # MuJoCo sets a free body's pose from qpos, its offset unused
+            b = int(m.jnt_bodyid[j]) - 1
+            body_pos[b] = 0.0
+            body_quat[b] = (1.0, 0.0, 0.0, 0.0)
+    inertia = np.zeros((nb, 3, 3))
+    for b in range(nb):
+        rot = _quat_matrix(np.asarray(m.body_iquat[b + 1], float))
+        inertia[b] = rot @ np.diag(m.body_inertia[b + 1]) @ rot.T
+    com = np.array(m.body_ipos[1:], dtype=float)
+    # the inertia about the body origin's frame axes: Θ = R_i diag(I) R_iᵀ about the centre
+    # of mass, with the centre of mass at body_ipos
+    stiffness = np.zeros(m.njnt) if off["SPRING"] else np.array(m.jnt_stiffness, float)
+    damping = np.zeros(m.nv) if off["DAMPER"] else np.array(m.dof_damping, float)
+    gravcomp = np.array(m.body_gravcomp[1:], float)
+    gravity = np.zeros(3) if off["GRAVITY"] else np.array(m.opt.gravity, float)
+    problems: list[str] = []
+    if np.any(gravcomp) and (off["GRAVITY"] or not np.any(gravity)):
+        gravcomp[:] = 0.0
+    acts = []
+    if not off["ACTUATION"]:
+        from .mujoco import _group_disabled
+
+        single = {j for j, k in enumerate(types) if k in ("hinge", "slide")}
+        on_joint = []
+        for a in range(_nactuator(m)):
+            name = _name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, a, f"actuator{a}")
+            problem = features.actuator_problem(m, a, single, joint_name)
+            if problem:
+                problems.append(f"actuator '{name}': {problem}")
+                continue
+            if _group_disabled(m, a):
+                continue
+            on_joint.append(
+                (int(m.actuator_trnid[a, 0]), joint_actuator(m, a, name, ctrl, signal, off))
+            )
+        for j in dict.fromkeys(jj for jj, _ in on_joint):
+            group = tuple(a for jj, a in on_joint if jj == j)
+            if m.jnt_actfrclimited[j]:
+                acts.append(
+                    (j, JointActuators(group, force_range=m.jnt_actfrcrange[j], name=joint_name[j]))
+                )
+            else:
+                acts += [(j, a) for a in group]
+    act_gravcomp = [
+        joint_name[j]
+        for j in range(m.njnt)
+        if getattr(m, "jnt_actgravcomp", np.zeros(m.njnt))[j] and np.any(gravcomp)
+    ]
+    if act_gravcomp:
+        problems.append(
+            f"gravity compensation through the actuators of joints {act_gravcomp} "
+            "(actuatorgravcomp) is applied as a passive force, without the actuators' caps"
+        )
+    for e in range(m.neq):
+        if not (off["EQUALITY"] or off["CONSTRAINT"]):
+            problems.append(
+                f"equality '{_name(m, mujoco.mjtObj.mjOBJ_EQUALITY, e, f'equality{e}')}' "
+                "(closed loops are not yet simulated in joint coordinates: load with "
+                "formulation=None for maximal coordinates)"
+            )
+    problems += features.unsupported(m, off, body_name, joint_name, armature=True)
+    if problems:
+        text = (
+            f"load: {len(problems)} element(s) of the MuJoCo model have no rbjax counterpart "
+            "and are NOT simulated:\n  - " + "\n  - ".join(problems)
+        )
+        if unsupported == "error":
+            raise ValueError(text + "\nFix: remove them, or load with unsupported='warn'.")
+        warnings.warn(text, UserWarning, stacklevel=4)
+    model = JointModel(
+        names=body_name[1:],
+        parent=[int(p) - 1 for p in m.body_parentid[1:]],
+        body_pos=body_pos,
+        body_quat=body_quat,
+        mass=np.array(m.body_mass[1:], float),
+        com=com,
+        inertia=inertia,
+        joint_types=types,
+        joint_body=[int(b) - 1 for b in m.jnt_bodyid],
+        joint_names=joint_name,
+        joint_pos=np.array(m.jnt_pos, float),
+        joint_axis=np.array(m.jnt_axis, float),
+        qpos0=np.array(m.qpos0, float),
+        damping=damping,
+        armature=np.array(m.dof_armature, float),
+        stiffness=stiffness,
+        qpos_spring=np.array(m.qpos_spring, float),
+        gravcomp=gravcomp,
+        gravity=gravity,
+        actuators=acts,
+        formulation=formulation,
+    )
+    q0 = np.array(m.qpos0, float) if qpos is None else qpos
+    for j, k in enumerate(types):  # MuJoCo normalizes ball and free quaternions
+        if k in ("ball", "free"):
+            a = int(m.jnt_qposadr[j]) + (3 if k == "free" else 0)
+            q0[a : a + 4] /= np.linalg.norm(q0[a : a + 4])
+    v0 = np.zeros(m.nv) if qvel is None else qvel
+    state = JointState(0.0, q0, v0)
+    if dtype is not None:
+        import jax
+
+        model = jax.tree.map(lambda x: x.astype(dtype) if hasattr(x, "astype") else x, model)
+        state = jax.tree.map(lambda x: x.astype(dtype), state)
+    return model, state, float(m.opt.timestep), None
