@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from .._state import State
-from .._tree.model import JointCoordinates, JointModel, JointState
+from .._tree.model import JointCoordinates, JointModel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,7 +18,7 @@ class Loaded:
     maps between MuJoCo's joints and rbjax's bodies and joints)."""
 
     model: Any
-    state: State | JointState | None
+    state: Any  # State, or JointState for a JointModel (None: a model file without one)
     timestep: float | None
     source: Any = None
 
