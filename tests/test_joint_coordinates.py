@@ -615,3 +615,81 @@ def test_batched_parameters_are_refused_and_equal_trees_share_a_program():
     two = eqx.tree_at(lambda m: m.mass, a.model, jnp.stack([a.model.mass, 2 * a.model.mass]))
     with pytest.raises(ValueError, match=r"mass carry batch axes.*Fix: .*jax\.vmap"):
         rbjax.rollout(two, a.state, 1e-3, 2)
+
+
+# A light three-link arm on stiff position servos without armature, at a robot file's usual
+# 2 ms step: M⁻¹ ∂τ/∂q̇ of the last link is about 1.5e4 1/s, so h·|λ| ≈ 30 and RK4 diverges.
+_STIFF_ARM = """
+<mujoco model="stiff servo arm">
+  <option timestep="0.002" integrator="implicitfast"><flag contact="disable"/></option>
+  <worldbody>
+    <body name="l1" pos="0 0 0.3">
+      <joint name="j1" axis="0 0 1" damping="0.5"/>
+      <geom type="capsule" fromto="0 0 0 0.2 0 0" size="0.03" mass="0.3"/>
+      <body name="l2" pos="0.2 0 0">
+        <joint name="j2" axis="0 1 0" damping="0.2"/>
+        <geom type="capsule" fromto="0 0 0 0.15 0 0" size="0.02" mass="0.1"/>
+        <body name="l3" pos="0.15 0 0">
+          <joint name="j3" axis="1 0 0" damping="0.05"/>
+          <geom type="box" size="0.02 0.01 0.01" mass="0.02"/>
+        </body>
+      </body>
+    </body>
+  </worldbody>
+  <actuator>
+    <position name="p1" joint="j1" kp="400" kv="20"/>
+    <position name="p2" joint="j2" kp="200" kv="10"/>
+    <position name="p3" joint="j3" kp="50" kv="2" forcerange="-3 3"/>
+  </actuator>
+</mujoco>
+"""
+
+
+def _mujoco_steps(m, q, v, ctrl, integrator, n):
+    m.opt.integrator = integrator
+    d = mujoco.MjData(m)
+    d.qpos[:], d.qvel[:], d.ctrl[:] = q, v, ctrl
+    for _ in range(n):
+        mujoco.mj_step(m, d)
+    return d.qpos.copy(), d.qvel.copy()
+
+
+def test_implicit_fast_runs_stiff_servos_at_their_timestep_as_mujoco_does(tmp_path):
+    """rbjax.ImplicitFast is MuJoCo's implicitfast ((M − h ∂τ/∂q̇) q̈ = τ − b, semi-implicit
+    Euler, quaternions turned by exp(h ω/2)): on a stiff servo arm at its own 2 ms step, 1 s
+    from a random state with a clamped actuator force, it follows MuJoCo's implicitfast to
+    round-off, where RK4 at the same step turns non-finite (MuJoCo's RK4 diverges too: it
+    reports instability and resets). On MJX's humanoid (ball and free joints, motors) it
+    follows MuJoCo's implicitfast over 0.2 s."""
+    path = tmp_path / "stiff_arm.xml"
+    path.write_text(_STIFF_ARM)
+    m = _mujoco_model(path)
+    rng = np.random.default_rng(11)
+    q = m.qpos0 + rng.uniform(-0.3, 0.3, m.nq)
+    v, ctrl = rng.normal(size=m.nv), rng.uniform(-0.5, 0.5, m.nu)
+    L = rbjax.load(path, qpos=q, qvel=v, control=ctrl, formulation=rbjax.JointCoordinates())
+    dt, n = 0.002, 500
+    tr = rbjax.rollout(L.model, L.state, dt, n, save_every=n, integrator=rbjax.ImplicitFast())
+    qm, vm = _mujoco_steps(m, q, v, ctrl, mujoco.mjtIntegrator.mjINT_IMPLICITFAST, n)
+    _close_to_scale(tr.qpos[-1], qm, 1e-12, "qpos")
+    _close_to_scale(tr.qvel[-1], vm, 1e-12, "qvel")
+    rk = rbjax.rollout(L.model, L.state, dt, n, save_every=n, throw=False)
+    assert int(rk.result) == int(rbjax.RESULTS.nonfinite) and int(rk.failed_step) < 50
+
+    m = _mujoco_model(DATA / "mujoco_humanoid.xml")
+    q, v, ctrl = _random_state(m, np.random.default_rng(12), speed=0.5)
+    ctrl = 0.1 * ctrl
+    model = _with_controls(_joint_model_of(DATA / "mujoco_humanoid.xml"), ctrl)
+    m.opt.timestep = dt = 0.005
+    tr = rbjax.rollout(
+        model, rbjax.JointState(0.0, q, v), dt, 40, save_every=40, integrator=rbjax.ImplicitFast()
+    )
+    qm, vm = _mujoco_steps(m, q, v, ctrl, mujoco.mjtIntegrator.mjINT_IMPLICITFAST, 40)
+    _close_to_scale(tr.qpos[-1], qm, 1e-10, "qpos")
+    _close_to_scale(tr.qvel[-1], vm, 1e-10, "qvel")
+
+
+def test_implicit_fast_is_refused_by_maximal_coordinates():
+    L = rbjax.load(MODELS / "double_pendulum.xml")
+    with pytest.raises(ValueError, match="ImplicitFast.*joint coordinates only.*Fix:"):
+        rbjax.rollout(L.model, L.state, 1e-3, 2, integrator=rbjax.ImplicitFast())

@@ -19,6 +19,7 @@ from .._engine.rollout import DEFAULT_CHUNK, chunked, integrate
 from .._errors import check_finite, is_concrete
 from .._integrators import AbstractExplicitRK, SemiImplicitEuler
 from .._results import RESULTS
+from .implicit import ImplicitFast
 from .model import JointModel, JointState
 
 
@@ -106,10 +107,11 @@ def rollout_tree(
             "integrates joint coordinates: pass rbjax.JointState(t, qpos, qvel) (rbjax.load "
             "returns one with the model)."
         )
-    if not isinstance(integrator, (AbstractExplicitRK, SemiImplicitEuler)):
+    if not isinstance(integrator, (AbstractExplicitRK, SemiImplicitEuler, ImplicitFast)):
         raise ValueError(
             f"integrator = {type(integrator).__name__}() does not integrate joint coordinates "
-            "yet. Fix: use rbjax.RK4(), rbjax.ExplicitRK(tableau) or rbjax.SemiImplicitEuler()."
+            "yet. Fix: use rbjax.RK4(), rbjax.ExplicitRK(tableau), rbjax.SemiImplicitEuler() "
+            "or rbjax.ImplicitFast()."
         )
     check_joint_state(model, state0)
     batched = [
