@@ -36,6 +36,7 @@ from ._engine.layout import inertia_components, per_system, to_components
 from ._engine.mass import blocks as mass_blocks
 from ._errors import Rule, enforce, validates_inputs
 from ._state import State
+from ._tree.model import maximal_only
 
 # ------------------------------------------------------------------------ formulations
 
@@ -229,6 +230,7 @@ def accelerations(model, state):
     new values do not compile again): evaluated eagerly, its few hundred operations would each
     be compiled on their own, which takes seconds even for a pendulum. Inside a caller's
     ``jax.jit`` it is part of the caller's program."""
+    maximal_only(model, "rbjax.accelerations")
     t, q, u = to_components(state)
     _, udot, lam = model.formulation._engine_derivatives(model, t, q, u)
     return jnp.moveaxis(udot, 0, -1), lam

@@ -356,6 +356,8 @@ def require_model(model, field: str = "model") -> None:
     hint = {
         "Body": "wrap it: rbjax.Model(body, gravity=...)",
         "Loaded": "pass loaded.model (and loaded.state)",
+        "JointModel": "this function works on maximal coordinates for now: load the file "
+        "with rbjax.load(path) (the default formulation)",
     }.get(type(model).__name__, "build one with rbjax.Model(bodies, ...)")
     raise ValueError(f"{field} = {type(model).__name__} is not an rbjax.Model. Fix: {hint}.")
 

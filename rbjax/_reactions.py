@@ -18,6 +18,7 @@ from jaxtyping import Array, Float
 from . import _welds as welds
 from ._dynamics import accelerations
 from ._engine.reactions import joint_reactions
+from ._tree.model import maximal_only
 
 
 class Reactions(eqx.Module):
@@ -45,6 +46,7 @@ def reactions(model, state, lam=None) -> Reactions:
     equations of motion when omitted; pass ``Trajectory.lam`` to post-process a rollout).
     Differentiable in everything.
     """
+    maximal_only(model, "rbjax.reactions")
     if not model.joints:
         raise ValueError("reactions: the model has no joints. Fix: pass joints=[...] to Model.")
     return _reactions(model, state, lam)
@@ -72,6 +74,7 @@ def weld_reactions(model, state, lam=None) -> Reactions:
     e.g. ``Trajectory.states``; any batch axes) and ``lam`` its multipliers (computed when
     omitted). Differentiable in everything.
     """
+    maximal_only(model, "rbjax.weld_reactions")
     if getattr(model, "merged", None) is None:
         raise ValueError(
             "weld_reactions: the model merged no weld. Fix: build it with point masses welded "

@@ -693,3 +693,44 @@ def test_implicit_fast_is_refused_by_maximal_coordinates():
     L = rbjax.load(MODELS / "double_pendulum.xml")
     with pytest.raises(ValueError, match="ImplicitFast.*joint coordinates only.*Fix:"):
         rbjax.rollout(L.model, L.state, 1e-3, 2, integrator=rbjax.ImplicitFast())
+
+
+def test_analyses_on_maximal_coordinates_refuse_a_joint_model_by_name(tmp_path):
+    """Every public function that reads bodies' maximal coordinates refuses a JointModel with
+    a ValueError naming it and the fix, instead of an AttributeError from deep inside."""
+    L = rbjax.load(MODELS / "double_pendulum.xml", formulation=rbjax.JointCoordinates())
+    # a maximal State of the same file: the state arguments pass their type checks, so that
+    # what is refused is the model
+    m, s = L.model, rbjax.load(MODELS / "double_pendulum.xml").state
+    calls = {
+        "rbjax.assemble": lambda: rbjax.assemble(m, s),
+        "rbjax.change_points": lambda: rbjax.change_points(m, s),
+        "rbjax.gradient_health": lambda: rbjax.gradient_health(
+            m, s, 1e-3, 2, lambda tr: tr.t.sum()
+        ),
+        "rbjax.nonfinite_gradient": lambda: rbjax.nonfinite_gradient(
+            m, s, 1e-3, 2, lambda tr: tr.t.sum()
+        ),
+        "rbjax.kinetic_energy": lambda: rbjax.kinetic_energy(m, s),
+        "rbjax.potential_energy": lambda: rbjax.potential_energy(m, s),
+        "rbjax.total_energy": lambda: rbjax.total_energy(m, s),
+        "rbjax.energy_balance": lambda: rbjax.energy_balance(m),
+        "rbjax.linear_momentum": lambda: rbjax.linear_momentum(m, s),
+        "rbjax.angular_momentum": lambda: rbjax.angular_momentum(m, s),
+        "rbjax.JointSpace": lambda: rbjax.JointSpace(m),
+        "rbjax.joint_coordinates": lambda: rbjax.joint_coordinates(m, s),
+        "rbjax.state_from_joint_coordinates": lambda: rbjax.state_from_joint_coordinates(
+            m, L.state.qpos, L.state.qvel
+        ),
+        "rbjax.kinematic_analysis": lambda: rbjax.kinematic_analysis(m, s, np.zeros(2)),
+        "rbjax.mobility": lambda: rbjax.mobility(m, s),
+        "rbjax.accelerations": lambda: rbjax.accelerations(m, s),
+        "rbjax.reactions": lambda: rbjax.reactions(m, s),
+        "rbjax.weld_reactions": lambda: rbjax.weld_reactions(m, s),
+        "rbjax.save": lambda: rbjax.save(tmp_path / "x.toml", m, s),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=rf"{re.escape(name)}: model is a JointModel.*Fix:"):
+            call()
+    with pytest.raises(ValueError, match="JointModel is not an rbjax.Model. Fix: .*maximal"):
+        rbjax.step(m, s, 1e-3)

@@ -16,6 +16,7 @@ from .._engine.projection import STOP_REASONS, closest_point, project_velocity
 from .._errors import is_concrete
 from .._oneshot import one_shot_jit
 from .._state import State
+from .._tree.model import maximal_only
 
 
 @one_shot_jit
@@ -56,6 +57,7 @@ def assemble(
     theorem (the Newton iterations are not differentiated). A model without joints: rigid
     quaternions are normalised and their ν set to 0, the rest is unchanged.
     """
+    maximal_only(model, "rbjax.assemble")
     if not isinstance(state, State):
         raise ValueError(f"assemble: state = {type(state).__name__} is not an rbjax.State.")
     if not model.joints:

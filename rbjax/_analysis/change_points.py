@@ -55,6 +55,7 @@ from .._engine.layout import to_components
 from .._engine.projection import _retract
 from .._oneshot import one_shot_jit
 from .._state import State
+from .._tree.model import maximal_only
 
 
 class SingularConfigurationWarning(RuntimeWarning):
@@ -297,6 +298,7 @@ def change_points(model, states: State) -> ChangePoints:
     point, it continues with the minimum-norm multipliers where the rank test of
     rbjax/_engine/rank.py drops an equation and otherwise with very large ones, and its energy
     error jumps there (docs/guide/mechanisms.md, "Change points")."""
+    maximal_only(model, "rbjax.change_points")
     if not model.joints:
         raise ValueError(
             "change_points: the model has no joints. Fix: pass joints=[...] to rbjax.Model."

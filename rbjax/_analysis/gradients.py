@@ -38,6 +38,7 @@ from .._quaternion import mul as qmul
 from .._results import RESULTS
 from .._rollout import Checkpoint, Trajectory, rollout
 from .._state import State
+from .._tree.model import maximal_only
 from .checks import check_mechanism_state
 
 
@@ -377,6 +378,7 @@ def gradient_health(
     Bad input raises ValueError naming the argument; a rollout that fails (non-finite state,
     solver failure) raises ValueError too.
     """
+    maximal_only(model, "rbjax.gradient_health")
     integrator = RK4() if integrator is None else integrator
     if not isinstance(state0, State):
         raise ValueError(

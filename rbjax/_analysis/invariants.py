@@ -17,6 +17,7 @@ from .._constraints import AbstractConstraint, _zero
 from .._engine import kernels as cf
 from .._engine.layout import inertia_components, to_components
 from .._engine.mass import mvec
+from .._tree.model import maximal_only
 
 
 def _aligned(model, state):
@@ -44,6 +45,7 @@ def _aligned(model, state):
 
 def kinetic_energy(model, state):
     """T = ½ uᵀ M u summed over bodies (Möller & Glocker 2012, eqs. (60), (64)); valid for scalable bodies."""
+    maximal_only(model, "rbjax.kinetic_energy")
     model = _aligned(model, state)
     _, _, u = to_components(state)
     return 0.5 * jnp.sum(jnp.sum(u * mvec(model, u), axis=0), axis=-1)
@@ -63,6 +65,7 @@ def potential_energy(model, state):
     :class:`rbjax.ForceFunction`, user forces); :func:`energy_balance` says whether the total
     energy of a model is conserved.
     """
+    maximal_only(model, "rbjax.potential_energy")
     model = _aligned(model, state)
     g = jnp.asarray(model.gravity)[..., None, :]
     v = -jnp.sum(model.mass * jnp.sum(g * state.q[..., 0:3], axis=-1), axis=-1)
@@ -83,6 +86,7 @@ def total_energy(model, state):
     joints that do not depend on time), non-increasing when it is ``"dissipative"``; damping
     and the work of forces without a potential are not in it.
     """
+    maximal_only(model, "rbjax.total_energy")
     return kinetic_energy(model, state) + potential_energy(model, state)
 
 
@@ -114,6 +118,7 @@ def energy_balance(model) -> Literal["conservative", "dissipative"] | None:
     traced joint axis as aligned), and traces a driving function or a user residual to a
     jaxpr (no FLOPs, well under a millisecond) only for constraints that have one.
     """
+    maximal_only(model, "rbjax.energy_balance")
     verdict: Literal["conservative", "dissipative"] = "conservative"
     for force in model.forces:
         balance = force._energy_balance(model)
@@ -179,6 +184,7 @@ def _reads(jaxpr, var) -> bool:
 
 def linear_momentum(model, state):
     """Σ m v, world frame [kg m/s]."""
+    maximal_only(model, "rbjax.linear_momentum")
     model = _aligned(model, state)
     return jnp.sum(model.mass[..., None] * state.u[..., 0:3], axis=-2)
 
@@ -189,6 +195,7 @@ def angular_momentum(model, state):
     For a scalable body, ∫ ξ × ξ̇ dm = m r × v + s R Θ ω (ν contributes nothing since
     ϱ × ϱ = 0); s R x is the quaternion transform A (0, x) A* (Möller & Glocker 2012, eq. (27)).
     """
+    maximal_only(model, "rbjax.angular_momentum")
     model = _aligned(model, state)
     _, q, u = to_components(state)
     th = inertia_components(model)

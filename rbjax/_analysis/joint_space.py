@@ -52,6 +52,7 @@ from .._forces import AbstractForce, Wrench
 from .._joints import Cylindrical, Fixed, Revolute, Spherical, Translational, Universal
 from .._state import State
 from .._topology import GROUND
+from .._tree.model import maximal_only
 
 # joint class -> (kind, position size, velocity size)
 _KINDS = {
@@ -183,6 +184,7 @@ class JointSpace(eqx.Module):
     _offsets: tuple = eqx.field(static=True)
 
     def __init__(self, model, *, parents=None, origins=None):
+        maximal_only(model, "rbjax.JointSpace")
         if any(model.scalable):
             raise ValueError(
                 f"JointSpace: bodies {[n for n, s in zip(model.names, model.scalable, strict=True) if s]} "
@@ -731,6 +733,7 @@ def joint_coordinates(model, state: State, *, parents=None, origins=None):
     """(positions (nq,), velocities (nv,)) of ONE system in the coordinates of
     :class:`JointSpace` (``parents``, ``origins``: its options; default free bodies first,
     then the tree joints in ``model.joints`` order)."""
+    maximal_only(model, "rbjax.joint_coordinates")
     js = JointSpace(model, parents=parents, origins=origins)
     return js.positions(state), js.velocities(state)
 
@@ -743,6 +746,7 @@ def state_from_joint_coordinates(
     the spanning tree; if the model closes loops, :func:`rbjax.assemble` then puts the state on
     the loop closures (the closest configuration in the kinetic-energy metric) and projects
     the velocities."""
+    maximal_only(model, "rbjax.state_from_joint_coordinates")
     js = JointSpace(model, parents=parents, origins=origins)
     state = js.state(qpos, qvel, t)
     if js.loops:

@@ -16,6 +16,7 @@ from .._engine.projection import _renormalise, driven_position, project_velocity
 from .._errors import is_concrete
 from .._oneshot import one_shot_jit
 from .._state import State
+from .._tree.model import maximal_only
 from .change_points import (
     SingularConfigurationWarning,
     first_time,
@@ -137,6 +138,7 @@ def kinematic_analysis(
     of least kinetic energy and the minimum-norm multipliers (docs/guide/mechanisms.md, "Change
     points").
     """
+    maximal_only(model, "rbjax.kinematic_analysis")
     times = jnp.asarray(times, state0.q.dtype)
     if times.ndim != 1 or times.shape[0] < 1:
         raise ValueError(

@@ -13,6 +13,7 @@ from .._engine.joints import joint_terms
 from .._engine.layout import to_components
 from .._oneshot import one_shot_jit
 from .._state import State
+from .._tree.model import maximal_only
 from .change_points import rank_drop
 
 
@@ -87,6 +88,7 @@ def mobility(model, state: State, *, rtol: float = 1e-9) -> Mobility:
     revolute joints the out-of-plane equations of the last one. A model without joints has
     no equations: rank 0, ``dof`` = 6 per rigid body + 7 per scalable body.
     """
+    maximal_only(model, "rbjax.mobility")
     if state.q.ndim != 2:
         raise ValueError(
             f"mobility: state.q has shape {state.q.shape}; pass ONE system (nb, 7), e.g. state[0]."

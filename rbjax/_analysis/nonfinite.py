@@ -41,6 +41,7 @@ from .._model import require_model
 from .._results import RESULTS
 from .._rollout import Trajectory, rollout
 from .._state import State
+from .._tree.model import maximal_only
 
 
 class NonfiniteGradientError(ValueError):
@@ -110,6 +111,7 @@ def nonfinite_gradient(
     per step; a debugging tool, not for a training loop (module docstring: the safe-where
     pattern for user forces).
     """
+    maximal_only(model, "rbjax.nonfinite_gradient")
     require_model(model)
     integrator = RK4() if integrator is None else integrator
     if state0.q.ndim != 2 or model.mass.ndim != 1:

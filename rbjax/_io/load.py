@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from .._state import State
-from .._tree.model import JointCoordinates, JointModel
+from .._tree.model import JointCoordinates, JointModel, maximal_only
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +151,7 @@ def save(path, model, state: State | None = None, *, timestep: float | None = No
     with their shortest round-trip representation, so ``load(save(...))`` gives the same
     arrays bit for bit. Elements that hold Python functions (ForceFunction, CustomConstraint,
     a driver that is not an :class:`rbjax.Expression`) raise ValueError naming them."""
+    maximal_only(model, "rbjax.save")
     from .modelfile import write
 
     path = os.fspath(path)

@@ -318,6 +318,17 @@ class JointModel(eqx.Module):
         return jnp.moveaxis(self.accelerations(jnp.asarray(t), q, v), 0, -1)
 
 
+def maximal_only(model, what: str) -> None:
+    """ValueError naming ``what`` when ``model`` is a JointModel: the analyses that read
+    bodies' maximal coordinates do not take one yet."""
+    if isinstance(model, JointModel):
+        raise ValueError(
+            f"{what}: model is a JointModel (joint coordinates); {what} works on maximal "
+            "coordinates for now. Fix: load the file with rbjax.load(path) (the default "
+            "formulation) for this analysis."
+        )
+
+
 def _quaternion_springs(model, qpos, joints, tail):
     """MuJoCo's spring of a ball (and a free joint's rotation and position): τ = −k φ with φ
     the rotation vector of q_spring⁻¹ q (in the frame the rotation leaves), and −k (p − p_s)
