@@ -15,7 +15,7 @@ import os
 import warnings
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import overload
+from typing import TYPE_CHECKING, overload
 
 import equinox as eqx
 import jax
@@ -273,45 +273,46 @@ def _monitor_spec(monitors, model, integrator, dtype) -> Spec | None:
 _DEFAULT_MONITORS = Plausibility()
 
 
+if TYPE_CHECKING:  # the overloads typed callers see (the runtime checks see the definition)
+
+    @overload
+    def rollout(
+        model,
+        state0: State | Trajectory,
+        dt,
+        n_steps: int,
+        *,
+        integrator: AbstractIntegrator | None = None,
+        save_every: int = 1,
+        multipliers: bool = False,
+        throw: bool = True,
+        batch_chunk: int | None = None,
+        checkpoint: Checkpoint | None = _EVERY_STEP,
+        measures: dict | None = None,
+        monitors: Plausibility | None = _DEFAULT_MONITORS,
+        check_gradients: bool = False,
+    ) -> Trajectory: ...
+
+    @overload
+    def rollout(
+        model,
+        state0: JointState | JointTrajectory,
+        dt,
+        n_steps: int,
+        *,
+        integrator: AbstractIntegrator | None = None,
+        save_every: int = 1,
+        multipliers: bool = False,
+        throw: bool = True,
+        batch_chunk: int | None = None,
+        checkpoint: Checkpoint | None = _EVERY_STEP,
+        measures: dict | None = None,
+        monitors: Plausibility | None = _DEFAULT_MONITORS,
+        check_gradients: bool = False,
+    ) -> JointTrajectory: ...
+
+
 @validates_inputs
-@overload
-def rollout(
-    model,
-    state0: State | Trajectory,
-    dt,
-    n_steps: int,
-    *,
-    integrator: AbstractIntegrator | None = None,
-    save_every: int = 1,
-    multipliers: bool = False,
-    throw: bool = True,
-    batch_chunk: int | None = None,
-    checkpoint: Checkpoint | None = _EVERY_STEP,
-    measures: dict | None = None,
-    monitors: Plausibility | None = _DEFAULT_MONITORS,
-    check_gradients: bool = False,
-) -> Trajectory: ...
-
-
-@overload
-def rollout(
-    model,
-    state0: JointState | JointTrajectory,
-    dt,
-    n_steps: int,
-    *,
-    integrator: AbstractIntegrator | None = None,
-    save_every: int = 1,
-    multipliers: bool = False,
-    throw: bool = True,
-    batch_chunk: int | None = None,
-    checkpoint: Checkpoint | None = _EVERY_STEP,
-    measures: dict | None = None,
-    monitors: Plausibility | None = _DEFAULT_MONITORS,
-    check_gradients: bool = False,
-) -> JointTrajectory: ...
-
-
 def rollout(
     model,
     state0: State | Trajectory | JointState | JointTrajectory,

@@ -29,7 +29,7 @@ import numpy as np
 
 from .._engine.kernels import cross, qmul
 from .kinematics import Frames, frames, matmul, matvec, motion_subspace
-from .topology import BALL, FREE, HINGE, SLIDE, TreeTopology
+from .topology import TreeTopology
 
 
 def masked_sum(x, mask: np.ndarray):
@@ -143,24 +143,11 @@ def qpos_rate(topo: TreeTopology, qpos, qvel):
     ½ q ⊗ (0, ω) for a ball's or free joint's quaternion (ω in the frame the rotation leaves),
     which keeps |q| constant (seed 000: the scaling rate ν = 0)."""
     out = jnp.zeros_like(qpos)
-    qa, da = np.asarray(topo.qposadr), np.asarray(topo.dofadr)
-    lin_q, lin_d, quat_q, quat_d = [], [], [], []
-    for j, k in enumerate(topo.joint_types):
-        if k in (HINGE, SLIDE):
-            lin_q.append(qa[j])
-            lin_d.append(da[j])
-        elif k == BALL:
-            quat_q.append(qa[j])
-            quat_d.append(da[j])
-        elif k == FREE:
-            lin_q += [qa[j] + i for i in range(3)]
-            lin_d += [da[j] + i for i in range(3)]
-            quat_q.append(qa[j] + 3)
-            quat_d.append(da[j] + 3)
-    if lin_q:
-        out = out.at[np.array(lin_q)].set(qvel[np.array(lin_d)])
-    if quat_q:
-        qq, dd = np.array(quat_q), np.array(quat_d)
+    lin_q, lin_d, quat_q, quat_d = topo.rate_rows()
+    if lin_q.size:
+        out = out.at[lin_q].set(qvel[lin_d])
+    if quat_q.size:
+        qq, dd = quat_q, quat_d
         q = jnp.stack([qpos[qq + i] for i in range(4)])
         w = jnp.stack([qvel[dd + i] for i in range(3)])
         qd = 0.5 * qmul(q, (jnp.zeros_like(w[0]), w[0], w[1], w[2]))

@@ -20,36 +20,22 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .._engine.kernels import qmul
 from .._integrators import AbstractIntegrator
 from .dynamics import bias_from, body_inertias, mass_matrix_from, solve_spd
 from .kinematics import frames, motion_subspace
-from .topology import BALL, FREE, HINGE, SLIDE, TreeTopology
+from .topology import TreeTopology
 
 
 def integrate_positions(topo: TreeTopology, qpos, qvel, h):
     """q ⊕ h q̇ (module docstring): (nq, ...) from qpos (nq, ...) and qvel (nv, ...)."""
     out = qpos
-    qa, da = np.asarray(topo.qposadr), np.asarray(topo.dofadr)
-    lin_q, lin_d, quat_q, quat_d = [], [], [], []
-    for j, k in enumerate(topo.joint_types):
-        if k in (HINGE, SLIDE):
-            lin_q.append(qa[j])
-            lin_d.append(da[j])
-        elif k == BALL:
-            quat_q.append(qa[j])
-            quat_d.append(da[j])
-        elif k == FREE:
-            lin_q += [qa[j] + i for i in range(3)]
-            lin_d += [da[j] + i for i in range(3)]
-            quat_q.append(qa[j] + 3)
-            quat_d.append(da[j] + 3)
-    if lin_q:
-        out = out.at[np.array(lin_q)].add(h * qvel[np.array(lin_d)])
-    if quat_q:
-        qq, dd = np.array(quat_q), np.array(quat_d)
+    lin_q, lin_d, quat_q, quat_d = topo.rate_rows()
+    if lin_q.size:
+        out = out.at[lin_q].add(h * qvel[lin_d])
+    if quat_q.size:
+        qq, dd = quat_q, quat_d
         q = jnp.stack([qpos[qq + i] for i in range(4)])
         q = q / jnp.linalg.norm(q, axis=0, keepdims=True)
         w = jnp.stack([qvel[dd + i] for i in range(3)])

@@ -93,6 +93,26 @@ class TreeTopology:
     def nj(self) -> int:
         return len(self.joint_types)
 
+    def rate_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(qpos rows, qvel rows) of the coordinates whose rate is their velocity (hinges,
+        slides, free positions), then (first qpos row, first qvel row) of each quaternion
+        (balls, free attitudes) and its angular velocity."""
+        lin_q, lin_d, quat_q, quat_d = [], [], [], []
+        for j, k in enumerate(self.joint_types):
+            a, d = self.qposadr[j], self.dofadr[j]
+            if k in (HINGE, SLIDE):
+                lin_q.append(a)
+                lin_d.append(d)
+            elif k == BALL:
+                quat_q.append(a)
+                quat_d.append(d)
+            else:
+                lin_q += [a, a + 1, a + 2]
+                lin_d += [d, d + 1, d + 2]
+                quat_q.append(a + 3)
+                quat_d.append(d + 3)
+        return tuple(np.array(x, dtype=int) for x in (lin_q, lin_d, quat_q, quat_d))  # type: ignore[return-value]
+
     def joints_of(self, kind: str) -> np.ndarray:
         return np.array([j for j, k in enumerate(self.joint_types) if k == kind], dtype=int)
 
