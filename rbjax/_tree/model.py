@@ -44,9 +44,6 @@ class JointCoordinates(eqx.Module):
     The engine's fast path: ``_engine_derivatives(model, t, q, u)`` on component-first
     q (nq, ...), u (nv, ...) returns (q̇, q̈, None)."""
 
-    def _engine_kinematics_of(self, topo: TreeTopology, q, u):
-        return qpos_rate(topo, q, u)
-
     def _engine_derivatives(self, model, t, q, u):
         # the engine's arrays end in a unit axis (where a maximal model has its bodies):
         # dropped here, so that the batch is the minor axis XLA vectorises over (with the
