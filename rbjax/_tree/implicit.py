@@ -23,8 +23,7 @@ import jax.numpy as jnp
 
 from .._engine.kernels import qmul
 from .._integrators import AbstractIntegrator
-from .dynamics import bias_from, body_inertias, mass_matrix_from, solve_spd
-from .kinematics import frames, motion_subspace
+from .dynamics import solve_spd
 from .topology import TreeTopology
 
 
@@ -57,13 +56,7 @@ def implicit_fast_step(model, t, q, u, h):
     u (nv, *batch, 1)."""
     topo = model.topology
     q0, u0, t0 = q[..., 0], u[..., 0], t[..., 0]
-    fr = frames(topo, model, q0)
-    S = motion_subspace(topo, fr)
-    inert = body_inertias(topo, model, fr)
-    M = mass_matrix_from(topo, model, S, inert)
-    from .model import _gravcomp_forces
-
-    b = bias_from(topo, model, S, inert, u0, _gravcomp_forces(model, inert))
+    M, b = model.mass_and_bias(q0, u0)
 
     def forces(v):
         return model.generalized_forces(t0, q0, v)

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._engine.kernels import cross, qconj, qmul
 from .._errors import check_finite, fail, is_concrete
 from .dynamics import (
     bias_from,
@@ -278,16 +279,20 @@ class JointModel(eqx.Module):
             tau = tau + _per_system(f, t, qpos, qvel, self.nv)
         return tau
 
-    def accelerations(self, t, qpos, qvel):
-        """q̈ (nv, ...) = M⁻¹(τ − b), component-first (module docstring)."""
+    def mass_and_bias(self, qpos, qvel):
+        """(M (nv, nv, ...), b (nv, ...)) from one kinematics pass, component-first; b
+        includes gravity compensation (the τ − b of :meth:`accelerations`)."""
         topo = self.topology
         fr = frames(topo, self, qpos)
         S = motion_subspace(topo, fr)
         inert = body_inertias(topo, self, fr)
         M = mass_matrix_from(topo, self, S, inert)
-        b = bias_from(topo, self, S, inert, qvel, _gravcomp_forces(self, inert))
-        tau = self.generalized_forces(t, qpos, qvel)
-        return solve_spd(M, tau - b)
+        return M, bias_from(topo, self, S, inert, qvel, _gravcomp_forces(self, inert))
+
+    def accelerations(self, t, qpos, qvel):
+        """q̈ (nv, ...) = M⁻¹(τ − b), component-first (module docstring)."""
+        M, b = self.mass_and_bias(qpos, qvel)
+        return solve_spd(M, self.generalized_forces(t, qpos, qvel) - b)
 
     # ------------------------------------------------------------- natural layout
     def mass_matrix(self, qpos):
@@ -330,8 +335,6 @@ def _quaternion_springs(model, qpos, joints, tail):
     """MuJoCo's spring of a ball (and a free joint's rotation and position): τ = −k φ with φ
     the rotation vector of q_spring⁻¹ q (in the frame the rotation leaves), and −k (p − p_s)
     for the free position."""
-    from .._engine.kernels import qconj, qmul
-
     topo = model.topology
     col = lambda x: x.reshape((-1,) + (1,) * len(tail))  # noqa: E731
     tau = jnp.zeros((topo.nv,) + tail, qpos.dtype)
@@ -361,8 +364,6 @@ def _gravcomp_forces(model, inert):
     c = model.gravcomp.reshape((-1,) + (1,) * len(tail))
     g = model.gravity.reshape((3, 1) + (1,) * len(tail))
     force = -c * m * g  # (3, nb, ...)
-    from .._engine.kernels import cross
-
     r = h / jnp.where(m == 0, 1.0, m)
     force = jnp.broadcast_to(force, r.shape)
     return jnp.concatenate([cross(r, force), force], axis=0)
