@@ -146,6 +146,11 @@ from ._springs import (
 )
 from ._state import State as State, make_state as make_state
 from ._step import step as step
+from ._tree.equality import (
+    Connect as Connect,
+    JointCoupling as JointCoupling,
+    Weld as Weld,
+)
 from ._tree.implicit import ImplicitFast as ImplicitFast
 from ._tree.model import (
     JointCoordinates as JointCoordinates,

@@ -77,8 +77,9 @@ def load(
     (``"error"``). ``formulation=rbjax.JointCoordinates()`` loads the file's kinematic tree
     in joint coordinates instead: a :class:`rbjax.JointModel` whose state is MuJoCo's
     qpos/qvel, any number and order of hinge, slide and ball joints per body, armature
-    simulated (rbjax/_io/mujoco_tree.py; equality constraints are not yet simulated there and
-    are named in the warning). Otherwise ``formulation``: default :class:`rbjax.ScalableDAE` (loop closures whose equations are
+    simulated, MuJoCo's connect, weld and joint equalities held exactly by multipliers
+    (rbjax/_io/mujoco_tree.py, rbjax/_tree/equality.py; an initial state that opens them is
+    assembled, with a warning). Otherwise ``formulation``: default :class:`rbjax.ScalableDAE` (loop closures whose equations are
     redundant, as a planar loop closed by a connect, run in every formulation); the initial state is assembled onto the loop closures if
     it violates them (with a warning saying by how much). ``meshes=False`` compiles the file
     without its mesh geoms (a URDF whose ``package://`` meshes are not at hand): allowed when

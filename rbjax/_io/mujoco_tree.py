@@ -18,6 +18,7 @@ import warnings
 import numpy as np
 
 from .._actuators import JointActuators
+from .._tree.equality import Connect, JointCoupling, Weld, assemble
 from .._tree.model import JointModel, JointState
 from .mujoco import (
     _controls,
@@ -114,13 +115,15 @@ def build_tree_from_mujoco(
             f"gravity compensation through the actuators of joints {act_gravcomp} "
             "(actuatorgravcomp) is applied as a passive force, without the actuators' caps"
         )
-    for e in range(m.neq):
-        if not (off["EQUALITY"] or off["CONSTRAINT"]):
-            problems.append(
-                f"equality '{_name(m, mujoco.mjtObj.mjOBJ_EQUALITY, e, f'equality{e}')}' "
-                "(closed loops are not yet simulated in joint coordinates: load with "
-                "formulation=None for maximal coordinates)"
-            )
+    equalities = []
+    if not (off["EQUALITY"] or off["CONSTRAINT"]):
+        for e in range(m.neq):
+            name = _name(m, mujoco.mjtObj.mjOBJ_EQUALITY, e, f"equality{e}")
+            eq = _equality(m, e, name)
+            if isinstance(eq, str):
+                problems.append(eq)
+            else:
+                equalities.append(eq)
     problems += features.unsupported(m, off, body_name, joint_name, armature=True)
     if problems:
         text = (
@@ -151,6 +154,7 @@ def build_tree_from_mujoco(
         gravcomp=gravcomp,
         gravity=gravity,
         actuators=acts,
+        equalities=equalities,
         formulation=formulation,
     )
     q0 = np.array(m.qpos0, float) if qpos is None else qpos
@@ -159,6 +163,16 @@ def build_tree_from_mujoco(
             a = int(m.jnt_qposadr[j]) + (3 if k == "free" else 0)
             q0[a : a + 4] /= np.linalg.norm(q0[a : a + 4])
     v0 = np.zeros(m.nv) if qvel is None else qvel
+    if equalities:  # MuJoCo's soft equalities pull an open loop closed; exact ones start closed
+        q0, v0, gap = assemble(model, q0, np.asarray(v0, float))
+        if not gap <= 1e-10:
+            warnings.warn(
+                f"load: the initial state violates the equalities by {gap:.3g}; it was "
+                "assembled (the closest closed configuration in the kinetic-energy metric, "
+                "velocities projected).",
+                UserWarning,
+                stacklevel=4,
+            )
     state = JointState(0.0, q0, v0)
     if dtype is not None:
         import jax
@@ -166,3 +180,37 @@ def build_tree_from_mujoco(
         model = jax.tree.map(lambda x: x.astype(dtype) if hasattr(x, "astype") else x, model)
         state = jax.tree.map(lambda x: x.astype(dtype), state)
     return model, state, float(m.opt.timestep), None
+
+
+def _equality(m, e: int, name: str):
+    """MuJoCo's equality e as a tree equality (rbjax/_tree/equality.py), or the text naming why
+    it is not simulated. MuJoCo's eq_data: connect (anchor on body 1, anchor on body 2), weld
+    (anchor on body 2, the same point on body 1, body 2's attitude in body 1's frame), joint
+    (polycoef); a site-based connect or weld uses the sites' positions and frames."""
+    mujoco = _mujoco()
+    kind = int(m.eq_type[e])
+    if not m.eq_active0[e]:
+        return f"equality '{name}' is inactive at start (rbjax has no switching)"
+    data = np.asarray(m.eq_data[e], float)
+    o1, o2 = int(m.eq_obj1id[e]), int(m.eq_obj2id[e])
+    if kind == int(mujoco.mjtEq.mjEQ_JOINT):
+        return JointCoupling(o1, o2, data[0:5], name=name)
+    if kind not in (int(mujoco.mjtEq.mjEQ_CONNECT), int(mujoco.mjtEq.mjEQ_WELD)):
+        return (
+            f"equality '{name}' of type {mujoco.mjtEq(kind).name} (joint coordinates import "
+            "connect, weld and joint equalities)"
+        )
+    if int(m.eq_objtype[e]) == int(mujoco.mjtObj.mjOBJ_SITE):
+        b1, b2 = int(m.site_bodyid[o1]) - 1, int(m.site_bodyid[o2]) - 1
+        p1, p2 = np.array(m.site_pos[o1], float), np.array(m.site_pos[o2], float)
+        f1 = _quat_matrix(np.asarray(m.site_quat[o1], float))
+        f2 = _quat_matrix(np.asarray(m.site_quat[o2], float))
+    elif kind == int(mujoco.mjtEq.mjEQ_CONNECT):
+        b1, b2, p1, p2 = o1 - 1, o2 - 1, data[0:3], data[3:6]
+        f1 = f2 = np.eye(3)
+    else:
+        b1, b2, p2, p1 = o1 - 1, o2 - 1, data[0:3], data[3:6]
+        f1, f2 = _quat_matrix(data[6:10] / np.linalg.norm(data[6:10])), np.eye(3)
+    if kind == int(mujoco.mjtEq.mjEQ_CONNECT):
+        return Connect(b1, b2, p1, p2, name=name)
+    return Weld(b1, b2, p1, p2, f1, f2, name=name)

@@ -33,6 +33,7 @@ from .dynamics import (
     qpos_rate,
     solve_spd,
 )
+from .equality import AbstractEquality, constrained_solve, constraint_rhs
 from .kinematics import frames, motion_subspace
 from .topology import BALL, FREE, HINGE, SLIDE, TreeTopology, build
 
@@ -114,6 +115,8 @@ class JointModel(eqx.Module):
     actuators: tuple
     actuator_joints: tuple[int, ...] = eqx.field(static=True)
     forces: tuple
+    equalities: tuple
+    baumgarte: tuple | None
     options: JointCoordinates
 
     def __init__(
@@ -140,6 +143,8 @@ class JointModel(eqx.Module):
         gravity=(0.0, 0.0, -9.81),
         actuators=(),
         forces=(),
+        equalities=(),
+        baumgarte=None,
         formulation: JointCoordinates | None = None,
     ):
         nj = len(joint_types)
@@ -215,6 +220,32 @@ class JointModel(eqx.Module):
                     "tau(t, qpos, qvel) -> (nv,) of one system."
                 )
         self.forces = tuple(forces)
+        for k, e in enumerate(equalities):
+            if not isinstance(e, AbstractEquality):
+                raise ValueError(
+                    f"equalities[{k}] = {type(e).__name__} is not an equality of a tree. Fix: "
+                    "pass rbjax.Connect, rbjax.Weld or rbjax.JointCoupling."
+                )
+            e.check(topo)
+        self.equalities = tuple(equalities)
+        if baumgarte is not None:
+            if np.shape(baumgarte) != (2,) or not np.all(np.isfinite(baumgarte)):
+                fail(
+                    "JointModel.baumgarte",
+                    baumgarte,
+                    "is not two finite numbers",
+                    "pass e.g. baumgarte=(10.0, 10.0) [1/s], alpha and beta >= 0, or None",
+                )
+            if is_concrete(baumgarte) and not np.all(np.asarray(baumgarte) >= 0):
+                fail(
+                    "JointModel.baumgarte",
+                    baumgarte,
+                    "has a negative entry",
+                    "pass alpha and beta >= 0, e.g. baumgarte=(10.0, 10.0) [1/s], or None",
+                )
+            dtype = jnp.result_type(float)
+            baumgarte = (jnp.asarray(baumgarte[0], dtype), jnp.asarray(baumgarte[1], dtype))
+        self.baumgarte = baumgarte
         self.options = JointCoordinates() if formulation is None else formulation
 
     # ------------------------------------------------------------------ structure
@@ -290,9 +321,38 @@ class JointModel(eqx.Module):
         return M, bias_from(topo, self, S, inert, qvel, _gravcomp_forces(self, inert))
 
     def accelerations(self, t, qpos, qvel):
-        """q̈ (nv, ...) = M⁻¹(τ − b), component-first (module docstring)."""
+        """q̈ (nv, ...) = M⁻¹(τ − b + Jᵀλ), component-first (module docstring; the
+        equalities' J and λ: rbjax/_tree/equality.py)."""
         M, b = self.mass_and_bias(qpos, qvel)
-        return solve_spd(M, self.generalized_forces(t, qpos, qvel) - b)
+        return self.solve(M, self.generalized_forces(t, qpos, qvel) - b, qpos, qvel)[0]
+
+    def solve(self, M, rhs, qpos, qvel):
+        """(q̈, λ) of M q̈ = rhs + Jᵀλ with the equalities held (λ None without any);
+        component-first. M may be an implicit step's M − h D."""
+        if not self.equalities:
+            return solve_spd(M, rhs), None
+        fr = frames(self.topology, self, qpos)
+        J, r = constraint_rhs(self, qpos, qvel, fr, motion_subspace(self.topology, fr))
+        return constrained_solve(M, rhs, J, r)
+
+    def equality_forces(self, t, qpos, qvel) -> dict:
+        """The multipliers λ of every equality, {name: (..., rows)} (natural layout, one
+        system or batch-leading): a :class:`rbjax.Connect`'s force on its body 1 [N], a
+        :class:`rbjax.Weld`'s force and torque about its point on body 1, a
+        :class:`rbjax.JointCoupling`'s generalized force on its joint 1 (world axes;
+        rbjax/_tree/equality.py). Minimum-norm where the equations are redundant."""
+        if not self.equalities:
+            return {}
+        q = jnp.moveaxis(jnp.asarray(qpos), -1, 0)
+        v = jnp.moveaxis(jnp.asarray(qvel), -1, 0)
+        M, b = self.mass_and_bias(q, v)
+        _, lam = self.solve(M, self.generalized_forces(jnp.asarray(t), q, v) - b, q, v)
+        assert lam is not None
+        out, k = {}, 0
+        for e in self.equalities:
+            out[e.name] = jnp.moveaxis(lam[k : k + e.rows], 0, -1)
+            k += e.rows
+        return out
 
     # ------------------------------------------------------------- natural layout
     def mass_matrix(self, qpos):
