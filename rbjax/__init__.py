@@ -133,6 +133,7 @@ from ._params import (
     PrincipalInertia as PrincipalInertia,
 )
 from ._reactions import (
+    JointReactions as JointReactions,
     Reactions as Reactions,
     reactions as reactions,
     weld_reactions as weld_reactions,

@@ -18,7 +18,8 @@ from jaxtyping import Array, Float
 from . import _welds as welds
 from ._dynamics import accelerations
 from ._engine.reactions import joint_reactions
-from ._tree.model import maximal_only
+from ._tree.model import JointModel, JointState, maximal_only
+from ._tree.reactions import JointReactions, reactions as tree_reactions
 
 
 class Reactions(eqx.Module):
@@ -39,17 +40,39 @@ class Reactions(eqx.Module):
     torque_j_joint: Float[Array, "... nj 3"]
 
 
-def reactions(model, state, lam=None) -> Reactions:
+def reactions(model, state, lam=None) -> Reactions | JointReactions:
     """Reaction force and torque of every joint on each of its two bodies at ``state``.
 
     ``lam`` (..., nb + m) are the multipliers of ``model.formulation`` (computed from the
     equations of motion when omitted; pass ``Trajectory.lam`` to post-process a rollout).
     Differentiable in everything.
+
+    On a :class:`rbjax.JointModel` and a :class:`rbjax.JointState`: the
+    :class:`rbjax.JointReactions` of its joints (force and torque on each joint's
+    body about the joint's point, world axes; rbjax/_tree/reactions.py), from recursive
+    Newton–Euler with the accelerations of the equations of motion; ``lam`` is not taken.
     """
-    maximal_only(model, "rbjax.reactions")
+    if isinstance(model, JointModel):
+        if lam is not None:
+            raise ValueError(
+                "reactions: lam is the multipliers of a maximal-coordinate model; a "
+                "JointModel's reactions come from its equations of motion. Fix: omit lam."
+            )
+        if not isinstance(state, JointState):
+            raise ValueError(
+                f"reactions: model is a JointModel but state is a {type(state).__name__}. Fix: "
+                "pass its rbjax.JointState (qpos, qvel), e.g. rbjax.load(...).state or "
+                "JointTrajectory[i]."
+            )
+        return _tree_reactions(model, state)
     if not model.joints:
         raise ValueError("reactions: the model has no joints. Fix: pass joints=[...] to Model.")
     return _reactions(model, state, lam)
+
+
+@eqx.filter_jit
+def _tree_reactions(model, state) -> JointReactions:
+    return tree_reactions(model, state)
 
 
 @eqx.filter_jit

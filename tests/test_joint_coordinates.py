@@ -725,7 +725,6 @@ def test_analyses_on_maximal_coordinates_refuse_a_joint_model_by_name(tmp_path):
         "rbjax.kinematic_analysis": lambda: rbjax.kinematic_analysis(m, s, np.zeros(2)),
         "rbjax.mobility": lambda: rbjax.mobility(m, s),
         "rbjax.accelerations": lambda: rbjax.accelerations(m, s),
-        "rbjax.reactions": lambda: rbjax.reactions(m, s),
         "rbjax.weld_reactions": lambda: rbjax.weld_reactions(m, s),
         "rbjax.save": lambda: rbjax.save(tmp_path / "x.toml", m, s),
     }
@@ -734,3 +733,5 @@ def test_analyses_on_maximal_coordinates_refuse_a_joint_model_by_name(tmp_path):
             call()
     with pytest.raises(ValueError, match="JointModel is not an rbjax.Model. Fix: .*maximal"):
         rbjax.step(m, s, 1e-3)
+    with pytest.raises(ValueError, match="reactions: model is a JointModel but state is a State"):
+        rbjax.reactions(m, s)

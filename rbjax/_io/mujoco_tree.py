@@ -157,7 +157,7 @@ def build_tree_from_mujoco(
         equalities=equalities,
         formulation=formulation,
     )
-    q0 = np.array(m.qpos0, float) if qpos is None else qpos
+    q0 = np.array(m.qpos0 if qpos is None else qpos, float)  # a copy: normalised below
     for j, k in enumerate(types):  # MuJoCo normalizes ball and free quaternions
         if k in ("ball", "free"):
             a = int(m.jnt_qposadr[j]) + (3 if k == "free" else 0)

@@ -113,6 +113,23 @@ class AbstractEquality(eqx.Module):
     @abc.abstractmethod
     def jacobian(self, model, q, f: Frames, S): ...
 
+    def body_forces(self, model, q, f: Frames, lam):
+        """The spatial forces (6, nb, *batch) about each tree's O that multipliers ``lam``
+        (rows, *batch) exert on the bodies (zero for an equation between joint coordinates,
+        whose force is generalized: Jᵀλ along the joints' own DOFs)."""
+        return jnp.zeros((6, model.topology.nb) + q.shape[1:], q.dtype)
+
+    def _wrench_on(self, model, f: Frames, b: int, point, force, torque=None):
+        """(6, nb, *batch): ``force`` at ``point`` (and a couple ``torque``) on body b."""
+        tail = force.shape[1:]
+        out = jnp.zeros((6, model.topology.nb) + tail, force.dtype)
+        if b < 0:
+            return out
+        moment = cross(point - f.origin[:, b], force)
+        if torque is not None:
+            moment = moment + torque
+        return out.at[:, b].set(jnp.concatenate([moment, force], axis=0))
+
     def check(self, topo) -> None:
         """ValueError naming the field when the equation does not fit the tree."""
         for field in ("body1", "body2"):
@@ -163,6 +180,14 @@ class Connect(AbstractEquality):
         p2 = _point(f, self.body2, self.anchor2, tail)
         return _point_jacobian(topo, f, S, self.body1, p1, tail) - _point_jacobian(
             topo, f, S, self.body2, p2, tail
+        )
+
+    def body_forces(self, model, q, f, lam):
+        tail = q.shape[1:]
+        p1 = _point(f, self.body1, self.anchor1, tail)
+        p2 = _point(f, self.body2, self.anchor2, tail)
+        return self._wrench_on(model, f, self.body1, p1, lam) + self._wrench_on(
+            model, f, self.body2, p2, -lam
         )
 
 
@@ -222,6 +247,14 @@ class Weld(AbstractEquality):
             topo, S, self.body2, tail
         )
         return jnp.concatenate([lin, ang], axis=0)
+
+    def body_forces(self, model, q, f, lam):
+        tail = q.shape[1:]
+        p1 = _point(f, self.body1, self.anchor1, tail)
+        p2 = _point(f, self.body2, self.anchor2, tail)
+        return self._wrench_on(model, f, self.body1, p1, lam[:3], lam[3:]) + self._wrench_on(
+            model, f, self.body2, p2, -lam[:3], -lam[3:]
+        )
 
 
 class JointCoupling(AbstractEquality):
