@@ -2,7 +2,13 @@
 conservation laws the validation tests check), for single systems or batches (a batched
 model's axes lead the state's, so ``total_energy(model, traj.states)`` works on a batched
 rollout), and
-:func:`energy_balance`, which says from the model alone whether the total energy is conserved."""
+:func:`energy_balance`, which says from the model alone whether the total energy is conserved.
+
+Each takes an :class:`rbjax.Model` with its :class:`rbjax.State`, or an :class:`rbjax.JointModel`
+with its :class:`rbjax.JointState` (one system, or batch-leading states such as a
+:class:`rbjax.JointTrajectory`'s ``qpos``/``qvel``): the same quantities of the same bodies
+(rbjax/_tree/energy.py, rbjax/_tree/bodies.py), so both formulations of one file give the same
+numbers."""
 
 from __future__ import annotations
 
@@ -11,13 +17,16 @@ from typing import Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.extend import core as jex_core
 
 from .._constraints import AbstractConstraint, _zero
 from .._engine import kernels as cf
 from .._engine.layout import inertia_components, to_components
 from .._engine.mass import mvec
-from .._tree.model import maximal_only
+from .._errors import is_concrete
+from .._tree import bodies as tree_bodies, energy as tree_energy
+from .._tree.model import JointModel, JointState
 
 
 def _aligned(model, state):
@@ -43,9 +52,37 @@ def _aligned(model, state):
     return eqx.tree_at(lambda m: tuple(getattr(m, k) for k in new), model, tuple(new.values()))
 
 
+def _joint_arrays(model: JointModel, state, what: str):
+    """(qpos (nq, *batch), qvel (nv, *batch)) of a JointState, component-first."""
+    if not isinstance(state, JointState):
+        raise ValueError(
+            f"{what}: the model is a JointModel but the state is a {type(state).__name__}. "
+            "Fix: pass an rbjax.JointState(t, qpos, qvel) (rbjax.load(path, "
+            "formulation=rbjax.JointCoordinates()).state, or a JointTrajectory's saved states)."
+        )
+    if state.qpos.shape[-1:] != (model.nq,) or state.qvel.shape[-1:] != (model.nv,):
+        raise ValueError(
+            f"{what}: the state has qpos {tuple(state.qpos.shape)} and qvel "
+            f"{tuple(state.qvel.shape)}; the model has nq = {model.nq}, nv = {model.nv}. Fix: "
+            "pass qpos (..., nq) and qvel (..., nv) of this model, with the same batch axes."
+        )
+    q = jnp.moveaxis(state.qpos, -1, 0)
+    u = jnp.moveaxis(state.qvel, -1, 0)
+    if q.shape[1:] != u.shape[1:]:
+        raise ValueError(
+            f"{what}: qpos has batch axes {q.shape[1:]} and qvel {u.shape[1:]}. Fix: give both "
+            "the same batch axes."
+        )
+    return q, u
+
+
 def kinetic_energy(model, state):
-    """T = ½ uᵀ M u summed over bodies (Möller & Glocker 2012, eqs. (60), (64)); valid for scalable bodies."""
-    maximal_only(model, "rbjax.kinetic_energy")
+    """T = ½ uᵀ M u summed over bodies (Möller & Glocker 2012, eqs. (60), (64)); valid for scalable bodies.
+
+    For a JointModel T = ½ q̇ᵀ M(q) q̇, armature included (rbjax/_tree/energy.py)."""
+    if isinstance(model, JointModel):
+        q, u = _joint_arrays(model, state, "rbjax.kinetic_energy")
+        return tree_energy.kinetic(model, q, u)
     model = _aligned(model, state)
     _, _, u = to_components(state)
     return 0.5 * jnp.sum(jnp.sum(u * mvec(model, u), axis=0), axis=-1)
@@ -64,8 +101,16 @@ def potential_energy(model, state):
     potential (:class:`rbjax.PointForce`, :class:`rbjax.BodyTorque`,
     :class:`rbjax.ForceFunction`, user forces); :func:`energy_balance` says whether the total
     energy of a model is conserved.
+
+    For a JointModel: gravity on every centre of mass less the share ``gravcomp`` that gravity
+    compensation cancels (a uniform field, so a potential), and the joints' springs (½ k (q −
+    q_s)² of a hinge or slide, ½ k φ² of a ball's rotation angle φ from ``qpos_spring``, both
+    terms for a free joint): rbjax/_tree/energy.py. This is MuJoCo's ``energy[0]`` plus
+    Σ gravcomp·m gᵀc (MuJoCo leaves gravity compensation out of its potential).
     """
-    maximal_only(model, "rbjax.potential_energy")
+    if isinstance(model, JointModel):
+        q, _ = _joint_arrays(model, state, "rbjax.potential_energy")
+        return tree_energy.potential(model, q)
     model = _aligned(model, state)
     g = jnp.asarray(model.gravity)[..., None, :]
     v = -jnp.sum(model.mass * jnp.sum(g * state.q[..., 0:3], axis=-1), axis=-1)
@@ -86,7 +131,6 @@ def total_energy(model, state):
     joints that do not depend on time), non-increasing when it is ``"dissipative"``; damping
     and the work of forces without a potential are not in it.
     """
-    maximal_only(model, "rbjax.total_energy")
     return kinetic_energy(model, state) + potential_energy(model, state)
 
 
@@ -117,8 +161,15 @@ def energy_balance(model) -> Literal["conservative", "dissipative"] | None:
     model: it reads static fields and concrete values (a traced damping counts as positive, a
     traced joint axis as aligned), and traces a driving function or a user residual to a
     jaxpr (no FLOPs, well under a millisecond) only for constraints that have one.
+
+    A JointModel is ``"conservative"`` without damping (concretely 0), actuators and user
+    forces (gravity, gravity compensation and the joints' springs have potentials;
+    equalities do not depend on time), ``"dissipative"`` when the only other force is damping
+    ≥ 0 (a traced damping counts as positive), ``None`` otherwise. The power of those forces
+    is ``rbjax/_tree/energy.py``'s ``nonconservative_power``.
     """
-    maximal_only(model, "rbjax.energy_balance")
+    if isinstance(model, JointModel):
+        return _joint_energy_balance(model)
     verdict: Literal["conservative", "dissipative"] = "conservative"
     for force in model.forces:
         balance = force._energy_balance(model)
@@ -131,6 +182,18 @@ def energy_balance(model) -> Literal["conservative", "dissipative"] | None:
         if _depends_on_time(joint, dtype):
             return None
     return verdict
+
+
+def _joint_energy_balance(model: JointModel) -> Literal["conservative", "dissipative"] | None:
+    if model.actuators or model.forces:
+        return None
+    damping = model.damping
+    if not is_concrete(damping):
+        return "dissipative"
+    d = np.asarray(damping)
+    if np.any(d < 0):
+        return None
+    return "dissipative" if np.any(d > 0) else "conservative"
 
 
 # built-in constraints whose residual reads t only through a driving function ``f``
@@ -183,8 +246,10 @@ def _reads(jaxpr, var) -> bool:
 
 
 def linear_momentum(model, state):
-    """Σ m v, world frame [kg m/s]."""
-    maximal_only(model, "rbjax.linear_momentum")
+    """Σ m v, world frame [kg m/s] (for a JointModel, v the velocity of each centre of mass)."""
+    if isinstance(model, JointModel):
+        q, u = _joint_arrays(model, state, "rbjax.linear_momentum")
+        return jnp.moveaxis(tree_bodies.momenta(model, q, u)[0], 0, -1)
     model = _aligned(model, state)
     return jnp.sum(model.mass[..., None] * state.u[..., 0:3], axis=-2)
 
@@ -194,8 +259,11 @@ def angular_momentum(model, state):
 
     For a scalable body, ∫ ξ × ξ̇ dm = m r × v + s R Θ ω (ν contributes nothing since
     ϱ × ϱ = 0); s R x is the quaternion transform A (0, x) A* (Möller & Glocker 2012, eq. (27)).
+    For a JointModel: Σ m c × v + R Θ Rᵀ ω of the bodies (rbjax/_tree/bodies.py ``momenta``).
     """
-    maximal_only(model, "rbjax.angular_momentum")
+    if isinstance(model, JointModel):
+        q, u = _joint_arrays(model, state, "rbjax.angular_momentum")
+        return jnp.moveaxis(tree_bodies.momenta(model, q, u)[1], 0, -1)
     model = _aligned(model, state)
     _, q, u = to_components(state)
     th = inertia_components(model)

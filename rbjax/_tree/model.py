@@ -16,16 +16,15 @@ leaves (RK4: O(h⁴)) therefore changes no force and no acceleration; nothing re
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._engine.kernels import cross, qconj, qmul
+from .._engine.kernels import cross
 from .._errors import check_finite, fail, is_concrete
+from .bodies import natural_body_com, natural_body_poses, natural_body_velocities
 from .dynamics import (
     bias_from,
     body_inertias,
@@ -34,6 +33,7 @@ from .dynamics import (
     solve_spd,
 )
 from .equality import AbstractEquality, constrained_solve, constraint_rhs
+from .forces import nonconservative_forces, spring_forces
 from .kinematics import frames, motion_subspace
 from .topology import BALL, FREE, HINGE, SLIDE, TreeTopology, build
 
@@ -288,27 +288,9 @@ class JointModel(eqx.Module):
     # ------------------------------------------------------------------ dynamics
     def generalized_forces(self, t, qpos, qvel):
         """τ (nv, ...) of the joints' springs, dampers and actuators and the user's forces,
-        component-first (qpos (nq, ...), qvel (nv, ...), t broadcastable to the batch)."""
-        topo = self.topology
-        tail = qvel.shape[1:]
-        col = lambda x: x.reshape((-1,) + (1,) * len(tail))  # noqa: E731
-        tau = -col(self.damping) * qvel
-        one = [j for j, k in enumerate(topo.joint_types) if k in (HINGE, SLIDE)]
-        if one:
-            qa = np.asarray(topo.qposadr)[one]
-            da = np.asarray(topo.dofadr)[one]
-            k = self.stiffness[np.asarray(one)]
-            tau = tau.at[da].add(-col(k) * (qpos[qa] - col(self.qpos_spring[qa])))
-        quat = [j for j, k in enumerate(topo.joint_types) if k in (BALL, FREE)]
-        if quat:
-            tau = tau + _quaternion_springs(self, qpos, quat, tail)
-        for j, act in zip(self.actuator_joints, self.actuators, strict=True):
-            qa, da = topo.qposadr[j], topo.dofadr[j]
-            f = act(t, qpos[qa] - self.qpos0[qa], qvel[da])
-            tau = tau.at[da].add(jnp.broadcast_to(f, tail))
-        for f in self.forces:
-            tau = tau + _per_system(f, t, qpos, qvel, self.nv)
-        return tau
+        component-first (qpos (nq, ...), qvel (nv, ...), t broadcastable to the batch;
+        rbjax/_tree/forces.py)."""
+        return spring_forces(self, qpos) + nonconservative_forces(self, t, qpos, qvel)
 
     def mass_and_bias(self, qpos, qvel):
         """(M (nv, nv, ...), b (nv, ...)) from one kinematics pass, component-first; b
@@ -355,6 +337,21 @@ class JointModel(eqx.Module):
         return out
 
     # ------------------------------------------------------------- natural layout
+    def body_poses(self, qpos):
+        """(xpos (..., nb, 3), xquat (..., nb, 4)) of qpos (nq,) or batch-leading (..., nq):
+        every body frame's world origin and attitude (unit, scalar first, a₀ ≥ 0), MuJoCo's
+        ``xpos``/``xquat`` (rbjax/_tree/bodies.py)."""
+        return natural_body_poses(self, qpos)
+
+    def body_com(self, qpos):
+        """World centre of mass of every body (..., nb, 3), MuJoCo's ``xipos``."""
+        return natural_body_com(self, qpos)
+
+    def body_velocities(self, qpos, qvel):
+        """(v, ω) (..., nb, 3): each body's centre-of-mass velocity and angular velocity,
+        world axes (MuJoCo's ``mj_objectVelocity`` at the centre of mass)."""
+        return natural_body_velocities(self, qpos, qvel)
+
     def mass_matrix(self, qpos):
         """M(q) (nv, nv) of one configuration qpos (nq,) (or batched (..., nq))."""
         q = jnp.moveaxis(jnp.asarray(qpos), -1, 0)
@@ -391,32 +388,6 @@ def maximal_only(model, what: str) -> None:
         )
 
 
-def _quaternion_springs(model, qpos, joints, tail):
-    """MuJoCo's spring of a ball (and a free joint's rotation and position): τ = −k φ with φ
-    the rotation vector of q_spring⁻¹ q (in the frame the rotation leaves), and −k (p − p_s)
-    for the free position."""
-    topo = model.topology
-    col = lambda x: x.reshape((-1,) + (1,) * len(tail))  # noqa: E731
-    tau = jnp.zeros((topo.nv,) + tail, qpos.dtype)
-    for j in joints:
-        k = model.stiffness[j]
-        qa, da = topo.qposadr[j], topo.dofadr[j]
-        if topo.joint_types[j] == FREE:
-            tau = tau.at[da : da + 3].add(
-                -k * (qpos[qa : qa + 3] - col(model.qpos_spring[qa : qa + 3]))
-            )
-            qa, da = qa + 3, da + 3
-        q = qpos[qa : qa + 4]
-        q = q / jnp.linalg.norm(q, axis=0, keepdims=True)
-        d = qmul(qconj(col(model.qpos_spring[qa : qa + 4])), q)
-        d = jnp.where(d[0] < 0, -d, d)
-        s = jnp.linalg.norm(d[1:], axis=0)
-        angle = 2.0 * jnp.arctan2(s, d[0])
-        scale = jnp.where(s > 1e-12, angle / jnp.where(s > 1e-12, s, 1.0), 2.0)
-        tau = tau.at[da : da + 3].add(-k * d[1:] * scale)
-    return tau
-
-
 def _gravcomp_forces(model, inert):
     """Spatial forces (6, nb, ...) about O of −gravcomp·m·g at each centre of mass."""
     m, h, _ = inert
@@ -427,21 +398,6 @@ def _gravcomp_forces(model, inert):
     r = h / jnp.where(m == 0, 1.0, m)
     force = jnp.broadcast_to(force, r.shape)
     return jnp.concatenate([cross(r, force), force], axis=0)
-
-
-def _per_system(f: Callable, t, qpos, qvel, nv: int):
-    """A user's τ(t, qpos, qvel) of ONE system on component-first arrays (vmapped)."""
-    tail = qvel.shape[1:]
-    q = jnp.moveaxis(qpos.reshape(qpos.shape[:1] + (-1,)), 0, -1)
-    v = jnp.moveaxis(qvel.reshape(qvel.shape[:1] + (-1,)), 0, -1)
-    tt = jnp.broadcast_to(t, tail).reshape(-1)
-    out = jax.vmap(f)(tt, q, v)
-    if out.shape != (q.shape[0], nv):
-        raise ValueError(
-            f"a generalized force returned shape {out.shape[1:]}, expected ({nv},). Fix: "
-            "return one number per velocity coordinate."
-        )
-    return jnp.moveaxis(out, -1, 0).reshape((nv,) + tail)
 
 
 class JointState(eqx.Module):
