@@ -368,7 +368,8 @@ def rollout(
     :class:`rbjax.Mean`, :class:`rbjax.Drift` or :class:`rbjax.Event` (located zero
     crossings); their values are returned in ``Trajectory.measures``. Each measure's function
     sees ONE system: the model with that system's mass, inertia and gravity (other leaves
-    as given) and its State.
+    as given) and its State; for a :class:`rbjax.JointModel`, the model and ONE system's
+    :class:`rbjax.JointState` (qpos (nq,), qvel (nv,)), values in ``JointTrajectory.measures``.
 
     ``monitors``: runtime plausibility limits, a :class:`rbjax.Plausibility` (default: every
     quantity watched with the "auto" limits) or ``None``. At every saved state the rollout
@@ -397,8 +398,6 @@ def rollout(
             name
             for name, on in (
                 ("multipliers=True", multipliers),
-                ("measures", measures),
-                ("monitors", monitors is not None and monitors is not _DEFAULT_MONITORS),
                 ("check_gradients=True", check_gradients),
             )
             if on
@@ -406,12 +405,22 @@ def rollout(
         if asked:
             raise ValueError(
                 f"rollout: {', '.join(asked)}: not available for a JointModel yet (joint "
-                "coordinates have no joint multipliers; measures and monitors run on maximal "
+                "coordinates have no joint multipliers; the gradient guard runs on maximal "
                 "coordinates). Fix: leave them out, or load the model with "
                 "formulation=None for maximal coordinates."
             )
         return _joint_rollout(
-            model, state0, dt, n_steps, integrator, save_every, throw, batch_chunk, checkpoint
+            model,
+            state0,
+            dt,
+            n_steps,
+            integrator,
+            save_every,
+            throw,
+            batch_chunk,
+            checkpoint,
+            check_measures(measures),
+            monitors,
         )
     require_model(model)
     integrator = RK4() if integrator is None else integrator
@@ -524,7 +533,17 @@ def _check_steps(dt, n_steps, save_every) -> None:
 
 
 def _joint_rollout(
-    model, state0, dt, n_steps, integrator, save_every, throw, batch_chunk, checkpoint
+    model,
+    state0,
+    dt,
+    n_steps,
+    integrator,
+    save_every,
+    throw,
+    batch_chunk,
+    checkpoint,
+    measures,
+    monitors,
 ):
     """:func:`rollout` of a :class:`JointModel` after the checks both formulations share."""
     from ._tree.rollout import rollout_tree
@@ -542,6 +561,8 @@ def _joint_rollout(
         throw=throw,
         batch_chunk=batch_chunk,
         checkpoint=interval,
+        measures=measures,
+        monitors=monitors,
     )
 
 

@@ -9,6 +9,9 @@ implicit-function-theorem derivative).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -20,34 +23,59 @@ from .layout import per_system
 _BISECTIONS = 60
 
 
-def _value(measure, model, t, q, u):
-    return jnp.asarray(per_system(lambda m, _t, s: measure.fn(m, s), model, t, q, u))
+def state_system(fn, model, t, q, u):
+    """``fn(model, state)`` of ONE system on a maximal model's engine arrays (a
+    :class:`rbjax.State` per system: :func:`rbjax._engine.layout.per_system`)."""
+    return per_system(lambda m, _t, s: fn(m, s), model, t, q, u)
+
+
+class Natural(eqx.Module):
+    """A measure of a formulation whose natural state is not :class:`rbjax.State`:
+    ``system(fn, model, t, q, u)`` evaluates the measure's ONE-system ``fn(model, state)`` on
+    the engine's component-first arrays (rbjax/_tree/rollout.py ``per_joint_system``: a
+    :class:`rbjax.JointState` per system)."""
+
+    measure: Any  # an rbjax measure (rbjax/_measures.py, above the engine)
+    system: Callable = eqx.field(static=True)
+
+
+def _split(m):
+    """(measure, its one-system evaluator) of a plain or :class:`Natural` measure."""
+    return (m.measure, m.system) if isinstance(m, Natural) else (m, state_system)
+
+
+def _value(measure, model, t, q, u, system=state_system):
+    return jnp.asarray(system(measure.fn, model, t, q, u))
 
 
 def init(measures, model, t, q, u):
     """Accumulators at the initial state, one per measure (a tuple in ``measures`` order)."""
-    return tuple(
-        m._init(_value(m, model, t, q, u) if m._per_step else None, (t, q, u)) for m in measures
-    )
+    out = []
+    for m, system in map(_split, measures):
+        v0 = _value(m, model, t, q, u, system) if m._per_step else None
+        out.append(m._init(v0, (t, q, u)))
+    return tuple(out)
 
 
 def update(measures, accs, model, s_prev, s_new, h):
     """Accumulators after one step from ``s_prev`` to ``s_new`` (component-first (t, q, u))."""
-    return tuple(
-        m._update(acc, _value(m, model, *s_new), s_prev, s_new, h) if m._per_step else acc
-        for m, acc in zip(measures, accs, strict=True)
-    )
+    out = []
+    for (m, system), acc in zip(map(_split, measures), accs, strict=True):
+        v = _value(m, model, *s_new, system=system) if m._per_step else None
+        out.append(m._update(acc, v, s_prev, s_new, h) if m._per_step else acc)
+    return tuple(out)
 
 
 class Locator:
     """What measures need after the loop: the model, the integrator, the step, the final state."""
 
-    def __init__(self, model, integrator, h, final):
+    def __init__(self, model, integrator, h, final, system=state_system):
         self.model, self.integrator, self.h, self.final = model, integrator, h, final
+        self.system = system
         self.t_end = final[0][..., 0]
 
     def final_value(self, measure):
-        return _value(measure, self.model, *self.final)
+        return _value(measure, self.model, *self.final, system=self.system)
 
     def _piece(self, start):
         """The step from ``start`` (component-first (t, q, u)): its end and both ends' q̇, u̇."""
@@ -74,7 +102,7 @@ class Locator:
             h11 = th**2 * (th - 1)
             q = h00 * q0 + h10 * h * dq0 + h01 * q1 + h11 * h * dq1
             u = h00 * u0 + h10 * h * du0 + h01 * u1 + h11 * h * du1
-            return _value(measure, model, t0 + theta[..., None] * h, q, u)
+            return _value(measure, model, t0 + theta[..., None] * h, q, u, self.system)
 
         return g
 
@@ -152,5 +180,7 @@ class Locator:
 
 def finish(measures, accs, model, integrator, h, final):
     """Each measure's value for every system (a tuple in ``measures`` order)."""
-    loc = Locator(model, integrator, h, final)
-    return tuple(m._finish(acc, loc) for m, acc in zip(measures, accs, strict=True))
+    return tuple(
+        m._finish(acc, Locator(model, integrator, h, final, system))
+        for (m, system), acc in zip(map(_split, measures), accs, strict=True)
+    )

@@ -10,6 +10,7 @@ for, is that work: W = ∫ P dt accumulated step by step (:func:`work_init`,
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +29,10 @@ class Spec:
     ("conservative": E = T + V is conserved; "work": E − E₀ equals the work W of the forces
     ``work`` (indices into ``model.forces``); None: energy not watched); ``lag``: the
     integrator is of first order (:func:`evaluate`); ``deferred``: the loop only
-    accumulates W and returns it, the monitors are evaluated by a later program."""
+    accumulates W and returns it, the monitors are evaluated by a later program;
+    ``power``: ``power(model, t, q, u) -> (*batch,)`` in place of the power of the forces
+    ``work`` (another formulation's: rbjax/_tree/monitors.py); ``gain_only``: only energy
+    gained counts (an integrator that dissipates by design, rbjax/_tree/monitors.py)."""
 
     unit: float | None
     joints: float | None
@@ -37,6 +41,8 @@ class Spec:
     work: tuple[int, ...] = ()
     lag: bool = False
     deferred: bool = False
+    power: Callable | None = None
+    gain_only: bool = False
 
     @classmethod
     def of(cls, limits, balance, work=(), order: int = 4) -> Spec:
@@ -100,6 +106,8 @@ def _power(spec: Spec, model, t, q, u):
     # The monitors judge the computed trajectory, they are not a differentiable output:
     # no tangent flows into them (nothing of them is stored for reverse mode).
     t, q, u = jax.lax.stop_gradient((t, q, u))
+    if spec.power is not None:
+        return spec.power(model, t, q, u)
     return power([model.forces[i] for i in spec.work], model, t, q, u)
 
 

@@ -5,6 +5,13 @@ the located failing step, checkpointed groups, batch chunking) runs unchanged: i
 coordinates as component-first arrays q (nq, *batch, 1), u (nv, *batch, 1), the trailing axis
 standing where a maximal-coordinate model has its bodies, and the model's formulation is
 :class:`rbjax.JointCoordinates`, whose derivatives are M⁻¹(τ − b) (rbjax/_tree/dynamics.py).
+
+Measures (rbjax/_measures.py) run in the same loop: their functions see ONE system's
+:class:`rbjax.JointState` (:func:`per_joint_system`), and events and located extrema are found
+on the same cubic Hermite dense output of (qpos, q̇pos) and (qvel, q̈). The plausibility
+monitors are rbjax/_tree/monitors.py's, evaluated on the saved states by a second program
+(as for maximal coordinates: the loop's program, and so its bits, is the same with or
+without them).
 """
 
 from __future__ import annotations
@@ -15,25 +22,32 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from .._engine.rollout import DEFAULT_CHUNK, chunked, integrate
+from .._engine.measures import Natural
+from .._engine.rollout import _WORK, DEFAULT_CHUNK, chunked, integrate
 from .._errors import check_finite, is_concrete
 from .._integrators import AbstractExplicitRK, SemiImplicitEuler
 from .._results import RESULTS
 from .implicit import ImplicitFast
 from .model import JointModel, JointState
+from .monitors import QUANTITY, evaluate, joint_spec
 
 
 class JointTrajectory(eqx.Module):
     """Saved states of a rollout of a :class:`rbjax.JointModel`, the initial one first:
     ``t`` (*batch, T), ``qpos`` (*batch, T, nq), ``qvel`` (*batch, T, nv) with
     T = n_steps // save_every + 1; ``result`` and ``failed_step`` (*batch,) as
-    :class:`rbjax.Trajectory`'s."""
+    :class:`rbjax.Trajectory`'s; ``measures`` (dict name -> (*batch, ...)) the values of
+    ``rollout(..., measures=...)`` or None; ``monitors`` (dict name -> (*batch,)) the worst
+    value of each watched plausibility quantity ("unit_length", "energy";
+    rbjax/_tree/monitors.py) or None."""
 
     t: Float[Array, "*batch T"]
     qpos: Float[Array, "*batch T nq"]
     qvel: Float[Array, "*batch T nv"]
     result: Int[Array, "*batch"]
     failed_step: Int[Array, "*batch"]
+    measures: dict[str, Array] | None = None
+    monitors: dict[str, Array] | None = None
 
     def __getitem__(self, i) -> JointState:
         """The i-th saved state of every batch member."""
@@ -79,6 +93,35 @@ def check_joint_state(model: JointModel, state: JointState) -> None:
                     )
 
 
+def per_joint_system(fn, model, t, q, u):
+    """``fn(model, state)`` written for ONE system (a :class:`rbjax.JointState`: t (),
+    qpos (nq,), qvel (nv,)) on the engine's arrays t (*batch, 1), q (nq, *batch, 1),
+    u (nv, *batch, 1), ``jax.vmap``-ed over every batch axis; outputs batch-first."""
+    t, qpos, qvel = t[..., 0], jnp.moveaxis(q[..., 0], 0, -1), jnp.moveaxis(u[..., 0], 0, -1)
+
+    def one(tt, qq, vv):
+        return fn(model, JointState(tt, qq, vv))
+
+    for _ in t.shape:
+        one = jax.vmap(one)
+    return one(t, qpos, qvel)
+
+
+def batched_parameters(model: JointModel) -> list[str]:
+    """The names of the JointModel's parameters that carry batch axes."""
+    return [
+        name
+        for name, leaf in (
+            ("mass", model.mass),
+            ("inertia", model.inertia),
+            ("gravity", model.gravity),
+            ("body_pos", model.body_pos),
+            ("damping", model.damping),
+        )
+        if jnp.ndim(leaf) != {"inertia": 3, "body_pos": 2}.get(name, 1)
+    ]
+
+
 def rollout_tree(
     model: JointModel,
     state0,
@@ -90,9 +133,11 @@ def rollout_tree(
     throw: bool,
     batch_chunk,
     checkpoint: int,
+    measures: dict | None = None,
+    monitors=None,
 ) -> JointTrajectory:
-    """:func:`rbjax.rollout` of a JointModel (the checks of dt, n_steps and save_every are
-    the caller's)."""
+    """:func:`rbjax.rollout` of a JointModel (the checks of dt, n_steps, save_every and
+    measures are the caller's; ``monitors`` a :class:`rbjax.Plausibility` or None)."""
     if isinstance(state0, JointTrajectory):
         codes = np.asarray(state0.result) if is_concrete(state0.result) else None
         if codes is not None and np.any(codes != int(RESULTS.successful)):
@@ -114,54 +159,89 @@ def rollout_tree(
             "or rbjax.ImplicitFast()."
         )
     check_joint_state(model, state0)
-    batched = [
-        name
-        for name, leaf in (
-            ("mass", model.mass),
-            ("inertia", model.inertia),
-            ("gravity", model.gravity),
-            ("body_pos", model.body_pos),
-            ("damping", model.damping),
-        )
-        if jnp.ndim(leaf) != {"inertia": 3, "body_pos": 2}.get(name, 1)
-    ]
+    batched = batched_parameters(model)
     if batched:
         raise ValueError(
             f"rollout: the JointModel's {', '.join(batched)} carry batch axes; a JointModel's "
             "parameters are one system's. Fix: map the rollout over the parameters with "
-            "jax.vmap(lambda m: rbjax.rollout(m, state0, dt, n_steps))(models)."
+            "jax.vmap(lambda m: rbjax.rollout(m, state0, dt, n_steps))(models), or sample "
+            "them with rbjax.monte_carlo."
         )
     if batch_chunk is None:
         batch_chunk = DEFAULT_CHUNK if jax.default_backend() == "cpu" else 0
+    measures = {} if measures is None else measures
+    spec = joint_spec(monitors, model, integrator, state0.qpos.dtype)
     traced = not is_concrete((model, state0, dt))
-    traj = _run(
+    traj = run_joint(
         model,
         state0,
         dt,
         integrator,
         int(n_steps),
         int(save_every),
-        bool(throw) and not is_concrete((model, state0, dt)),
         int(batch_chunk),
         int(checkpoint),
+        measures,
+        spec,
     )
-    if throw and not traced and is_concrete(traj.result):
-        codes = np.asarray(traj.result).reshape(-1)
-        bad = np.flatnonzero(codes != int(RESULTS.successful))
-        if bad.size:
-            k = int(bad[0])
-            step = int(np.asarray(traj.failed_step).reshape(-1)[k])
-            system = f" (system {k}, flat index)" if codes.size > 1 else ""
-            raise eqx.EquinoxRuntimeError(
-                f"rbjax.rollout: {RESULTS(int(codes[k])).message} at step {step}{system} of a "
-                "JointModel. Fix: reduce dt, or pass throw=False and inspect "
-                "JointTrajectory.result / failed_step."
-            )
+    if throw and traced:
+        traj = eqx.error_if(
+            traj,
+            jnp.any(traj.result != int(RESULTS.successful)),
+            "rollout of a JointModel failed (a non-finite state, or a plausibility monitor "
+            "exceeded its limit); rerun with throw=False to see result and failed_step",
+        )
+    elif throw and is_concrete(traj.result):
+        _raise_on_failure(traj, spec)
     return traj
 
 
+def run_joint(
+    model, state0, dt, integrator, n_steps, save_every, batch_chunk, checkpoint, measures, spec
+) -> JointTrajectory:
+    """The rollout without checks and without raising (also :func:`rbjax.monte_carlo`'s,
+    under its ``jax.vmap`` over sampled parameters): the loop, then the monitors."""
+    traj = _run(
+        model, state0, dt, integrator, n_steps, save_every, batch_chunk, checkpoint, measures, spec
+    )
+    if spec is not None:
+        traj = _monitored(traj, model, spec, save_every, jnp.asarray(dt, traj.qpos.dtype))
+    return traj
+
+
+def _raise_on_failure(traj: JointTrajectory, spec) -> None:
+    """EquinoxRuntimeError naming the first failing system, its step and what failed (for
+    an implausible one the quantity, its worst value and the limit)."""
+    codes = np.asarray(traj.result).reshape(-1)
+    bad = np.flatnonzero(codes != int(RESULTS.successful))
+    if not bad.size:
+        return
+    k = int(bad[0])
+    step = int(np.asarray(traj.failed_step).reshape(-1)[k])
+    system = f" (system {k}, flat index)" if codes.size > 1 else ""
+    code = RESULTS(int(codes[k]))
+    if code == RESULTS.implausible and spec is not None and traj.monitors:
+        limits = {"unit_length": spec.unit, "energy": spec.energy}
+        worst = {n: float(np.asarray(v).reshape(-1)[k]) for n, v in traj.monitors.items()}
+        name = max(worst, key=lambda n: worst[n] / float(limits[n]))
+        raise eqx.EquinoxRuntimeError(
+            f"rbjax.rollout: implausible result by step {step}{system} of a JointModel: "
+            f"{QUANTITY[name]} reached {worst[name]:.3g} (limit {float(limits[name]):.3g}). "
+            "Fix: reduce dt (or use rbjax.ImplicitFast() for stiff damping), check forces and "
+            "initial conditions; loosen a limit knowingly with monitors=rbjax.Plausibility(...) "
+            "or disable them with monitors=None; or pass throw=False and inspect "
+            "JointTrajectory.result / monitors."
+        )
+    raise eqx.EquinoxRuntimeError(
+        f"rbjax.rollout: {code.message} at step {step}{system} of a JointModel. Fix: reduce "
+        "dt, or pass throw=False and inspect JointTrajectory.result / failed_step."
+    )
+
+
 @eqx.filter_jit
-def _run(model, state0, dt, integrator, n_steps, save_every, throw, batch_chunk, checkpoint):
+def _run(
+    model, state0, dt, integrator, n_steps, save_every, batch_chunk, checkpoint, measures, spec
+):
     batch = tuple(
         jnp.broadcast_shapes(
             state0.qpos.shape[:-1],
@@ -174,22 +254,51 @@ def _run(model, state0, dt, integrator, n_steps, save_every, throw, batch_chunk,
     u = jnp.broadcast_to(jnp.moveaxis(state0.qvel, -1, 0)[..., None], (model.nv,) + batch + (1,))
     t = jnp.broadcast_to(jnp.asarray(state0.t, dtype)[..., None], batch + (1,))
     h = jnp.asarray(dt, dtype)
-    args = (integrator, h, n_steps, save_every, False, checkpoint, (), None)
+    natural = tuple(Natural(m, per_joint_system) for m in measures.values())
+    # the loop accumulates the work of the forces without a potential (a deferred Spec:
+    # integrate returns it, _monitored judges it); a conservative tree needs nothing there
+    work = spec if spec is not None and spec.balance == "work" else None
+    args = (integrator, h, n_steps, save_every, False, checkpoint, natural, work)
     B = batch[0] if len(batch) == 1 else 0
     if batch_chunk and B > batch_chunk:
-        saved, code, step, _, _ = chunked(model, t, q, u, batch, batch_chunk, args)
+        saved, code, step, values, work = chunked(model, t, q, u, batch, batch_chunk, args)
     else:
-        saved, code, step, _, _ = integrate(model, t, q, u, batch, *args)
+        saved, code, step, values, work = integrate(model, t, q, u, batch, *args)
     nb = len(batch)
     ts, qs, us = (jnp.moveaxis(x, 0, nb) for x in saved[:3])
-    traj = JointTrajectory(
-        t=ts, qpos=qs[..., 0, :], qvel=us[..., 0, :], result=code, failed_step=step
+    return JointTrajectory(
+        t=ts,
+        qpos=qs[..., 0, :],
+        qvel=us[..., 0, :],
+        result=code,
+        failed_step=step,
+        measures=dict(zip(measures, values, strict=True)) if measures else None,
+        monitors=work or None,  # the loop's work series (T, *batch), for _monitored
     )
-    if throw:
-        traj = eqx.error_if(
-            traj,
-            jnp.any(code != int(RESULTS.successful)),
-            "rollout of a JointModel failed (non-finite state); rerun with throw=False to see "
-            "result and failed_step",
-        )
-    return traj
+
+
+@eqx.filter_jit
+def _monitored(traj: JointTrajectory, model, spec, save_every: int, h) -> JointTrajectory:
+    """The plausibility monitors of a finished rollout (rbjax/_tree/monitors.py): a system
+    becomes implausible where it had not failed, or had failed only later; ``monitors``
+    (the loop's work series) is replaced by the monitors' worst values."""
+    nbatch = traj.result.ndim
+    t, qpos, qvel = (jnp.moveaxis(x, nbatch, 0) for x in (traj.t, traj.qpos, traj.qvel))
+    work = None
+    if spec.balance == "work" and traj.monitors is not None:
+        work = tuple(traj.monitors[k] for k in _WORK)
+    # the monitors judge the computed trajectory; they are no differentiable output (under
+    # jax.grad nothing of them is linearised, and no 0 · inf of theirs reaches a gradient)
+    sg = lambda x: jax.lax.stop_gradient(x) if eqx.is_array(x) else x  # noqa: E731
+    model, t, qpos, qvel, work, h = jax.tree.map(sg, (model, t, qpos, qvel, work, h))
+    step, worst = evaluate(spec, model, t, qpos, qvel, save_every, h, work)
+    code, fail_step = traj.result, traj.failed_step
+    earlier = (step >= 0) & ((code == int(RESULTS.successful)) | (step < fail_step))
+    code = jnp.where(earlier, int(RESULTS.implausible), code)
+    fail_step = jnp.where(earlier, step, fail_step)
+    return eqx.tree_at(
+        lambda tr: (tr.result, tr.failed_step, tr.monitors),
+        traj,
+        (code, fail_step, worst),
+        is_leaf=lambda x: x is None,
+    )

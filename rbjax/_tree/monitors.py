@@ -1,0 +1,163 @@
+"""The plausibility monitors (rbjax/_monitors.py) of a :class:`rbjax.JointModel`'s rollout.
+
+A tree in joint coordinates satisfies its joints by construction: there is no joint residual
+to watch. What remains of the three quantities of the maximal formulation:
+
+* ``unit_length``: max over ball and free joints of | |q|² − 1 | of their quaternions. Every
+  function of the configuration reads q/|q| (rbjax/_tree/model.py), so a drifted length
+  changes no force; but |q| is a first integral of the exact flow (seed 000: the scaling
+  rate ν = 0), and RK4 at a usable step keeps it to ~1e-8, so a length far from 1 says the
+  step does not resolve the rotation. Not watched for a tree without quaternions.
+* ``energy``: the work–energy balance |E − E₀ − W| / S with E = ½ q̇ᵀ M(q) q̇ + V(q) and
+  W = ∫ q̇ᵀ τ_nc dt the work of the forces no potential accounts for (damping, actuators,
+  user forces; rbjax/_tree/energy.py), accumulated by the rollout's loop at every step
+  (rbjax/_engine/monitors.py ``work_step``, with this module's :func:`engine_power`). The
+  scale S, the rounding floor and a first-order integrator's lag allowance are those of
+  the maximal monitors (rbjax/_engine/monitors.py ``evaluate``), with the bodies' centres of
+  mass (rbjax/_tree/bodies.py) in place of the maximal coordinates' positions. One-sided
+  for :class:`rbjax.ImplicitFast`: its implicit damping and actuator gains dissipate, by
+  design, energy that the quadrature of q̇ᵀτ_nc along its states does not see (a stiff servo
+  arm at its file's 2 ms step, the trajectory equal to MuJoCo's implicitfast to 1e-12: the
+  balance is off by 0.5, tests/test_joint_coordinates.py), which is the stability it is
+  chosen for, not an error of the run. So the check is one-sided there: with springs and
+  dampers only (whose work is never positive), energy GAINED, max(E − E₀, 0) / S, which an
+  unstable step (a spring stiffer than the step resolves) still shows; with actuators or
+  user forces, whose work the states' quadrature misjudges as well (the servo arm: 0.5 of
+  energy gained beyond it), energy is not watched (unit_length still is).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._engine.monitors import Spec
+from .._errors import is_concrete
+from .._monitors import Plausibility
+from .bodies import body_com
+from .dynamics import qpos_rate
+from .energy import kinetic, nonconservative_power, potential
+from .implicit import ImplicitFast
+from .topology import BALL, FREE
+
+QUANTITY = {
+    "unit_length": "| |q|² − 1 | of a ball or free joint's quaternion",
+    "energy": "the relative energy change",
+}
+
+
+def does_work(model) -> bool:
+    """Whether some force of ``model`` does work that no potential accounts for (static:
+    structure and concrete values): actuators, user forces, damping that is not zero."""
+    if model.actuators or model.forces:
+        return True
+    d = model.damping
+    return not is_concrete(d) or bool(np.any(np.asarray(d) != 0))
+
+
+def engine_power(model, t, q, u):
+    """P = q̇ᵀ τ_nc (*batch,) on the engine's arrays t (*batch, 1), q (nq, *batch, 1),
+    u (nv, *batch, 1) (rbjax/_tree/energy.py ``nonconservative_power``)."""
+    return nonconservative_power(model, t[..., 0], q[..., 0], u[..., 0])
+
+
+def joint_spec(monitors, model, integrator, dtype) -> Spec | None:
+    """The monitors' static description for a JointModel (None: nothing watched)."""
+    if monitors is None:
+        return None
+    if not isinstance(monitors, Plausibility):
+        raise ValueError(
+            f"monitors = {monitors!r} is not an rbjax.Plausibility or None. Fix: pass "
+            "rbjax.Plausibility(unit_length=..., energy=...) or None (no monitors)."
+        )
+    order = int(integrator.order)
+    unit, _, energy = monitors.limits(order, float(jnp.finfo(dtype).eps))
+    unit = unit if model.topology.quat_rows.any() else None
+    gain_only = isinstance(integrator, ImplicitFast)  # module docstring
+    balance = "work" if does_work(model) else "conservative"
+    if gain_only:  # damping only removes energy: E ≤ E₀; actuators and user forces: unwatched
+        energy = None if (model.actuators or model.forces) else energy
+        balance = "conservative"
+    spec = Spec.of((unit, None, energy), balance, (), order)
+    if spec.balance == "work":  # deferred: the loop only accumulates the work
+        spec = Spec(spec.unit, None, spec.energy, "work", (), spec.lag, True, engine_power)
+    if gain_only and spec.energy is not None:
+        spec = dataclasses.replace(spec, gain_only=True)
+    return spec if spec.watched else None
+
+
+def evaluate(spec: Spec, model, t, qpos, qvel, save_every: int, h, work=None):
+    """The monitors on every saved state at once: ``t`` (T, *batch), ``qpos`` (T, *batch,
+    nq), ``qvel`` (T, *batch, nv) as the rollout saves them, ``work`` None or (W, A, P)
+    (T, *batch) at the saved states. Returns (step (*batch,) int32: the last step of the
+    first saved chunk where a limit is exceeded, −1 if none; worst: dict name -> (*batch,))."""
+    q = jnp.moveaxis(qpos, -1, 0)  # (nq, T, *batch): the saved times as a batch axis
+    u = jnp.moveaxis(qvel, -1, 0)
+    topo = model.topology
+    values = {}
+    if spec.unit is not None:
+        starts = [
+            topo.qposadr[j] + (3 if k == FREE else 0)
+            for j, k in enumerate(topo.joint_types)
+            if k in (BALL, FREE)
+        ]
+        lengths = [jnp.abs(jnp.sum(q[a : a + 4] ** 2, axis=0) - 1.0) for a in starts]
+        values["unit_length"] = jnp.max(jnp.stack(lengths), axis=0)
+    if spec.energy is not None:
+        values["energy"] = _energy(spec, model, t, q, u, save_every, h, work)
+    limits = {"unit_length": spec.unit, "energy": spec.energy}
+    exceeded = jnp.zeros(t.shape, bool)
+    worst = {}
+    for k, v in values.items():
+        v = jnp.broadcast_to(v, t.shape)
+        exceeded = exceeded | (v > float(limits[k]))  # type: ignore[arg-type]
+        worst[k] = jnp.max(jnp.where(jnp.isfinite(v), v, 0), axis=0)
+    first = jnp.argmax(exceeded, axis=0)
+    step = jnp.where(jnp.any(exceeded, axis=0), first * save_every - 1, -1)
+    return step.astype(jnp.int32), worst
+
+
+def _energy(spec: Spec, model, t, q, u, save_every: int, h, work):
+    """|E − E₀ − W| / (S + floor + lag/limit), (T, *batch): rbjax/_engine/monitors.py
+    ``evaluate`` and ``_energy``, whose derivation and measurements this follows."""
+    kin, pot = kinetic(model, q, u), potential(model, q)
+    e = kin + pot
+    w, a = 0.0, 0.0
+    if work is not None:
+        w, a, p = work
+        if save_every == 1 and w.shape[0] >= 3:  # the first interval to higher order
+            if w.shape[0] >= 4:
+                w1 = h * (9.0 * p[0] + 19.0 * p[1] - 5.0 * p[2] + p[3]) / 24.0
+            else:
+                w1 = h * (5.0 * p[0] + 8.0 * p[1] - p[2]) / 12.0
+            w = w.at[1].set(w1)
+    dtype = e.dtype
+    eps = jnp.finfo(dtype).eps
+    # the magnitudes of V's terms (each body's weight term Σ m |gᵀ c|, so that bodies above
+    # and below the origin do not cancel, and |V| for the springs) and the reach of the
+    # bodies (Σ m |c|² + tr Θ), whose rounding a step turns into motion: the maximal
+    # monitors' floor (rbjax/_engine/monitors.py ``_energy``)
+    com = body_com(model, q)  # (3, nb, T, *batch)
+    lift = (1,) * (com.ndim - 2)
+    mass = model.mass.reshape((-1,) + lift)
+    g = model.gravity.reshape((3, 1) + lift)
+    weight = jnp.sum(mass * jnp.abs(jnp.sum(g * com, axis=0)), axis=0)
+    trace = jnp.trace(model.inertia, axis1=-2, axis2=-1).reshape((-1,) + lift)
+    reach = jnp.sum(mass * jnp.sum(com * com, axis=0) + trace, axis=0)
+    steps = jnp.arange(e.shape[0], dtype=dtype) * save_every
+    steps = steps.reshape((-1,) + (1,) * (e.ndim - 1))
+    mag = kin + weight + jnp.abs(pot) + jnp.abs(w) + a
+    floor = eps * (1e3 + 1e2 * steps) * (mag + mag[0]) + 1e2 * (eps / h) ** 2 * (reach + reach[0])
+    floor = floor + jnp.finfo(dtype).tiny
+    scale = jax.lax.cummax(kin + jnp.abs(pot - pot[0]) + jnp.abs(w), axis=0) + a
+    if spec.lag:
+        qdot = qpos_rate(model.topology, q, u)
+        _, vdot = jax.jvp(lambda qq: potential(model, qq), (q,), (qdot,))
+        lag = jnp.minimum(0.5 * h * jnp.abs(vdot), scale / 3.0)
+        scale = scale + lag / float(spec.energy or 1.0)
+    gap = e - e[0] - w
+    gap = jnp.maximum(gap, 0.0) if spec.gain_only else jnp.abs(gap)
+    return gap / (scale + floor)
