@@ -38,13 +38,17 @@ from .._engine.layout import to_components
 from .._engine.projection import norm_rows
 from .._engine.rollout import DEFAULT_CHUNK
 from .._errors import check_declared, declared, validates_inputs
-from .._integrators import RK4, AbstractIntegrator, check_dt
+from .._integrators import RK4, AbstractExplicitRK, AbstractIntegrator, SemiImplicitEuler, check_dt
 from .._measures import AbstractMeasure, Drift, Event, check_measures
 from .._model import Model
 from .._monitors import Plausibility
 from .._results import RESULTS
 from .._rollout import _DEFAULT_MONITORS, _monitor_spec, _rollout
 from .._state import State, fresh_tolerances
+from .._tree.implicit import ImplicitFast
+from .._tree.model import JointModel, JointState
+from .._tree.monitors import joint_spec
+from .._tree.rollout import batched_parameters, check_joint_state, run_joint
 from . import statistics as st
 from .devices import sample_mesh
 from .store import FORMAT, ROLES, RunStore, run_fingerprint
@@ -112,6 +116,16 @@ class MonteCarloResult:
         return self.statistics[name].quantile_from_histogram(p)
 
 
+def _check_joint_integrator(integrator):
+    """The integrators of joint coordinates (rbjax/_tree/rollout.py's check)."""
+    if not isinstance(integrator, (AbstractExplicitRK, SemiImplicitEuler, ImplicitFast)):
+        raise ValueError(
+            f"integrator = {type(integrator).__name__}() does not integrate joint coordinates "
+            "yet. Fix: use rbjax.RK4(), rbjax.ExplicitRK(tableau), rbjax.SemiImplicitEuler() "
+            "or rbjax.ImplicitFast()."
+        )
+
+
 def _int_ok(x, low):
     return isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= low
 
@@ -142,6 +156,8 @@ def _probe(sample, key):
             f"sample(key, 0) raised {type(e).__name__}: {e}. Fix: write sample(key, i) -> "
             "(model, state) for ONE system, using jax.random with key and jnp with i."
         ) from e
+    if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], JointModel):
+        return _probe_joint(*out)
     if (
         not isinstance(out, tuple)
         or len(out) != 2
@@ -149,8 +165,9 @@ def _probe(sample, key):
         or not isinstance(out[1], State)
     ):
         raise ValueError(
-            f"sample(key, 0) returned {type(out).__name__}, not (rbjax.Model, rbjax.State). "
-            "Fix: return the model and the initial state of ONE system."
+            f"sample(key, 0) returned {type(out).__name__}, not (rbjax.Model, rbjax.State) "
+            "or (rbjax.JointModel, rbjax.JointState). Fix: return the model and the initial "
+            "state of ONE system."
         )
     model, state = out
     if state.q.ndim != 2:
@@ -167,6 +184,46 @@ def _probe(sample, key):
     where = "sample(key, 0): model"
     check_declared(declared(model, where, fields=("forces", "joints", "formulation")))
     return model, state
+
+
+def _probe_joint(model, state):
+    """Sample 0 of a JointModel: one system's JointState, checked as rollout checks it."""
+    if not isinstance(state, JointState):
+        raise ValueError(
+            f"sample(key, 0) returned a JointModel with a {type(state).__name__}, not an "
+            "rbjax.JointState. Fix: return (model, rbjax.JointState(t, qpos, qvel)) of ONE system."
+        )
+    if state.qpos.ndim != 1 or state.qvel.ndim != 1 or jnp.ndim(state.t) != 0:
+        raise ValueError(
+            f"sample(key, 0) returned a JointState with qpos {state.qpos.shape} and qvel "
+            f"{state.qvel.shape}, not (nq,) and (nv,). Fix: return ONE system; the runner "
+            "batches the samples."
+        )
+    batched = batched_parameters(model)
+    if batched:
+        raise ValueError(
+            f"sample(key, 0) returned a JointModel whose {', '.join(batched)} carry batch "
+            "axes. Fix: return ONE system's parameters; the runner batches the samples."
+        )
+    check_joint_state(model, state)
+    _check_joint_parameters(model, "sample(key, 0): model")
+    return model, state
+
+
+def _check_joint_parameters(model, where):
+    """A JointModel's masses and inertias at build time (ValueError naming the body)."""
+    mass, inertia = np.asarray(model.mass), np.asarray(model.inertia)
+    for b in range(model.nb):
+        eig = np.linalg.eigvalsh(0.5 * (inertia[b] + inertia[b].T))
+        if not mass[b] >= 0 or eig[0] < -_PSD * max(eig[-1], 0.0):
+            raise ValueError(
+                f"{where}.mass[{b}] = {mass[b]:g}, inertia[{b}] eigenvalues {eig.tolist()} "
+                f"(body {model.names[b]!r}): a mass must be >= 0 and an inertia positive "
+                "semi-definite. Fix: sample physical values (e.g. a log-normal mass)."
+            )
+
+
+_PSD = 1e-9  # relative tolerance of a positive semi-definite inertia (its rounding)
 
 
 _NATIVE = ("mass", "inertia", "gravity")  # model leaves the engine batches natively
@@ -199,11 +256,16 @@ class _Kernel:
         treedef = jax.tree.structure(dyn)
         flags = jax.tree.unflatten(treedef, mask)
         model_flags = flags[0]
+        self.model_flags = model_flags
+        self.joint = isinstance(model, JointModel)
+        if self.joint:  # a JointModel is integrated by a jax.vmap over its sampled leaves
+            self.native = not any(jax.tree.leaves(model_flags))
+            self.rigid = np.zeros(0, bool)
+            return
         others = eqx.tree_at(
             lambda m: tuple(getattr(m, k) for k in _NATIVE), model_flags, (False,) * 3
         )
         self.native = not any(jax.tree.leaves(others))
-        self.model_flags = model_flags
         self.rigid = np.asarray([not s for s in model.scalable])
 
     def build(self, key_data, ids):
@@ -220,12 +282,13 @@ class _Kernel:
         new step size reuses the compiled program)."""
         model, state = self.build(key_data, ids)
         c = ids.shape[0]
+        if self.joint:
+            return self._joint(model, state, dt, c)
         state = State(
             t=jnp.broadcast_to(state.t, (c,)),
             q=jnp.broadcast_to(state.q, (c,) + state.q.shape[-2:]),
             u=jnp.broadcast_to(state.u, (c,) + state.u.shape[-2:]),
         )
-        names = tuple(self.measures)
         save = self.trajectories or self.n_steps
 
         def run(m, s, batch_chunk):  # no in-program error check: failures are per sample
@@ -238,6 +301,42 @@ class _Kernel:
         else:  # some varying leaf (a force's or joint's parameter) is not batched natively
             axes = jax.tree.map(lambda b: 0 if b else None, self.model_flags)
             traj = eqx.filter_vmap(lambda m, s: run(m, s, 0), in_axes=(axes, 0))(model, state)
+        invalid = jnp.where(self._invalid(model, state), int(RESULTS.invalid_sample), 0)
+        out = self._outputs(traj, c, invalid)
+        if self.trajectories:
+            out.update({"traj_t": traj.t, "traj_q": traj.q, "traj_u": traj.u})
+        return out
+
+    def _joint(self, model, state, dt, c):
+        """Outputs of a chunk of JointModel samples: one batched rollout when only the state
+        varies, else ``jax.vmap`` over one-system rollouts with the sampled leaves mapped
+        (rbjax/_tree/rollout.py ``run_joint``: no checks, no raising; the monitors run)."""
+        state = JointState(
+            jnp.broadcast_to(state.t, (c,)),
+            jnp.broadcast_to(state.qpos, (c,) + state.qpos.shape[-1:]),
+            jnp.broadcast_to(state.qvel, (c,) + state.qvel.shape[-1:]),
+        )
+        save = self.trajectories or self.n_steps
+        args = (self.integrator, self.n_steps, save, 0, 0, self.measures, self.monitors)
+
+        def run(m, s):
+            return run_joint(m, s, dt, *args)
+
+        if self.native:
+            traj = run(model, state)
+        else:
+            axes = jax.tree.map(lambda b: 0 if b else None, self.model_flags)
+            traj = eqx.filter_vmap(run, in_axes=(axes, 0))(model, state)
+        out = self._outputs(traj, c, self._invalid_joint(model, state))
+        if self.trajectories:
+            out.update({"traj_t": traj.t, "traj_qpos": traj.qpos, "traj_qvel": traj.qvel})
+        return out
+
+    def _outputs(self, traj, c, invalid):
+        """Status, failing step and measure values per sample, the measures' own failures
+        (a Drift past its limit, a non-finite value) and ``invalid`` (c,) (a RESULTS code
+        of a sample that fails the checks of sample 0, 0 where it passes) folded in."""
+        names = tuple(self.measures)
         status = traj.result.astype(jnp.int32)
         ok = status == int(RESULTS.successful)
         values = traj.measures or {}
@@ -251,13 +350,33 @@ class _Kernel:
                 bad = ~jnp.all(jnp.isfinite(flat), axis=1)
                 status = jnp.where(ok & bad, int(RESULTS.nonfinite_measure), status)
             ok = status == int(RESULTS.successful)
-        invalid = self._invalid(model, state)
-        status = jnp.where(invalid, int(RESULTS.invalid_sample), status)
+        status = jnp.where(invalid != 0, invalid, status).astype(jnp.int32)
         out = {"status": status, "failed_step": traj.failed_step.astype(jnp.int32)}
         out.update({f"m_{k}": values[k] for k in names})
-        if self.trajectories:
-            out.update({"traj_t": traj.t, "traj_q": traj.q, "traj_u": traj.u})
         return out
+
+    def _invalid_joint(self, model, state):
+        """JointModel samples whose parameters or initial state fail the build-time checks
+        of sample 0 (rbjax/_tree/rollout.py ``check_joint_state``, :func:`_probe_joint`): a
+        non-finite or non-unit-quaternion state is ``invalid_sample``, a negative mass or an
+        indefinite inertia ``invalid_input``, as for maximal models. (c,) int codes, 0 valid."""
+        topo = model.topology
+        tol = 1e-6 if state.qpos.dtype == jnp.float64 else 1e-3
+        bad = ~jnp.all(jnp.isfinite(state.qpos), -1) | ~jnp.all(jnp.isfinite(state.qvel), -1)
+        for j, k in enumerate(topo.joint_types):
+            if k in ("ball", "free"):
+                a = topo.qposadr[j] + (3 if k == "free" else 0)
+                n = jnp.linalg.norm(state.qpos[..., a : a + 4], axis=-1)
+                bad = bad | ~(jnp.abs(n - 1.0) <= tol)
+        c = state.qpos.shape[0]
+        mass = jnp.broadcast_to(model.mass, (c,) + model.mass.shape[-1:])
+        inertia = jnp.broadcast_to(model.inertia, (c,) + model.inertia.shape[-3:])
+        eig = jnp.linalg.eigvalsh(0.5 * (inertia + jnp.swapaxes(inertia, -1, -2)))
+        indefinite = eig[..., 0] < -_PSD * jnp.maximum(eig[..., -1], 0.0)
+        params = jnp.any(~(mass >= 0) | indefinite | ~jnp.isfinite(eig[..., -1]), axis=-1)
+        return jnp.where(
+            bad, int(RESULTS.invalid_sample), jnp.where(params, int(RESULTS.invalid_input), 0)
+        )
 
     def _invalid(self, model, state):
         """Samples whose initial state violates the model (the runtime twin of the build-time
@@ -361,6 +480,13 @@ def monte_carlo(
       state violates the model is recorded
       in ``failed_ids`` / ``failed_status`` (:class:`rbjax.RESULTS`) and excluded from the
       statistics; ``throw=True`` raises instead, naming the first failing sample.
+    * A :class:`rbjax.JointModel` (joint coordinates): ``sample`` returns (JointModel, ONE
+      system's :class:`rbjax.JointState`) and the measures see that state. A device's share
+      is one batched rollout when only the state varies, else ``jax.vmap`` over one-system
+      rollouts with the sampled leaves mapped (a direct rollout refuses batched parameters).
+      Its monitors are rbjax/_tree/monitors.py's; a non-finite state or a quaternion off unit
+      length is ``invalid_sample``, a negative mass or an indefinite inertia
+      ``invalid_input``; ``trajectories=k`` writes ``t``, ``qpos`` and ``qvel``.
     * ``keep_samples``: keep every sample's measure values (n, ...) for exact quantiles; with
       False only the mergeable statistics and the failures are kept.
     * ``progress``: None (a tqdm bar on a terminal), True, False, or a callable receiving a
@@ -410,25 +536,34 @@ def monte_carlo(
     probe = _probe(sample, key)
     mesh = sample_mesh(devices)
     n_dev = mesh.devices.size
+    joint = isinstance(probe[0], JointModel)
+    mechanism = joint or bool(probe[0].joints)  # a large step: rbjax/_engine/integrators.py
+    if joint:
+        _check_joint_integrator(integrator)
     if device_batch is None:
-        device_batch = DEFAULT_CHUNK if probe[0].joints else 1024
+        device_batch = DEFAULT_CHUNK if mechanism else 1024
     if not _int_ok(device_batch, 1):
         raise ValueError(
             f"device_batch = {device_batch!r} is not a positive integer. Fix: e.g. 64, or None."
         )
     call = n_dev * int(device_batch)  # samples per call of the compiled program
     if chunk_size is None:
-        chunk_size = call * (4 if probe[0].joints else 1)
+        chunk_size = call * (4 if mechanism else 1)
     if not _int_ok(chunk_size, 1):
         raise ValueError(f"chunk_size = {chunk_size!r} is not a positive integer. Fix: e.g. 4096.")
     chunk = -(-int(chunk_size) // call) * call
 
     i0 = jnp.asarray(0, jnp.int32)
     mask = _dependent(sample, key, i0)
-    spec = _monitor_spec(monitors, probe[0], integrator, probe[1].q.dtype)
+    state0 = probe[1]
+    dtype = state0.qpos.dtype if isinstance(state0, JointState) else state0.q.dtype
+    if joint:
+        spec = joint_spec(monitors, probe[0], integrator, dtype)
+    else:
+        spec = _monitor_spec(monitors, probe[0], integrator, dtype)
     kernel = _Kernel(sample, probe, mask, measures, integrator, n_steps, trajectories, spec)
     ids_spec = jax.ShapeDtypeStruct((int(device_batch),), jnp.int32)  # one device's share
-    dt_data = np.asarray(dt, dtype=probe[1].q.dtype)
+    dt_data = np.asarray(dt, dtype=dtype)
     fingerprint = layout = None  # traced only for a run on disk (a mechanism's: seconds)
     if directory is not None:
         closed, shapes = jax.make_jaxpr(kernel, return_shape=True)(key_data, dt_data, ids_spec)
