@@ -9,12 +9,25 @@ defaults rbjax's own programs use. The warm-start times are measured in benchmar
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import jax
 
 from ._errors import validates_inputs
+
+PROGRAM_MIN_COMPILE_S = 0.1
+"""The command line caches every program that compiles in 0.1 s or more: its start-up is
+dominated by a handful of programs of 0.1 to 10 s (a double pendulum's rollout 1.5 s, the
+humanoid's 12 s on the development machine), and an entry is read back faster than it is
+compiled; programs below that are op-by-op dispatches, not worth a file each."""
+_SETTINGS = (
+    "jax_compilation_cache_dir",
+    "jax_persistent_cache_min_compile_time_secs",
+    "jax_persistent_cache_min_entry_size_bytes",
+)
 
 
 def default_cache_dir() -> Path:
@@ -55,3 +68,33 @@ def compilation_cache(directory: str | os.PathLike | None = None, *, min_compile
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_s))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return path
+
+
+@contextlib.contextmanager
+def program_cache(
+    directory: str | os.PathLike | None = None, *, min_compile_s: float = PROGRAM_MIN_COMPILE_S
+) -> Iterator[Path]:
+    """:func:`compilation_cache` for the run of a program (rbjax's command line): on while
+    the ``with`` block runs, the process's previous settings restored after it. Yields the
+    directory.
+
+    JAX opens its persistent cache once per process, at the first compilation, in the
+    directory set then; a program that is called in-process after other compilations (the
+    command line's ``main()`` from Python or a test) would keep writing wherever that was.
+    The cache is therefore reset (``jax.experimental.compilation_cache.reset_cache``) when
+    the directory changes, on entry and again on exit, so that each directory holds its own
+    entries."""
+    from jax.experimental.compilation_cache import compilation_cache as jax_cache
+
+    before = {k: getattr(jax.config, k) for k in _SETTINGS}
+    path = compilation_cache(directory, min_compile_s=min_compile_s)
+    moved = before["jax_compilation_cache_dir"] != str(path)
+    if moved:
+        jax_cache.reset_cache()
+    try:
+        yield path
+    finally:
+        for k, v in before.items():
+            jax.config.update(k, v)
+        if moved:
+            jax_cache.reset_cache()

@@ -56,6 +56,9 @@ _OWN_CACHE = "RBJAX_TEST_XLA_CACHE" not in os.environ
 if _OWN_CACHE:
     os.environ["RBJAX_TEST_XLA_CACHE"] = tempfile.mkdtemp(prefix="rbjax-tests-xla-")
 jax.config.update("jax_compilation_cache_dir", os.environ["RBJAX_TEST_XLA_CACHE"])
+# The command line's main() turns its own cache on ($RBJAX_CACHE_DIR, else ~/.cache): the
+# same directory here, so that no test writes into the home folder.
+os.environ["RBJAX_CACHE_DIR"] = os.environ["RBJAX_TEST_XLA_CACHE"]
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 

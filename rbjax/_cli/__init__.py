@@ -14,16 +14,24 @@ user can fix into one message on stderr and an exit code:
   anything is built or compiled. rbjax's own checks raise ValueError with a "Fix:"; running
   out of memory anyway is reported the same way; any other exception is a bug and keeps its
   traceback.
+
+Compiled programs are kept in JAX's persistent compilation cache, on by default for the
+command line (a program, not a library): ``$RBJAX_CACHE_DIR``, else
+``$XDG_CACHE_HOME/rbjax/xla``, else ``~/.cache/rbjax/xla`` (rbjax/_cache.py). A second run of
+the same model and options loads its programs from there instead of compiling them.
+``--no-cache`` (any subcommand) turns it off for one run; delete the folder to clear it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import warnings
 
 import jax
 
+from .._cache import default_cache_dir, program_cache
 from . import animate, bench, check, identify, plot, simulate
 from .arguments import Parser
 from .common import CliError
@@ -49,6 +57,14 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMANDS:
         module.add_parser(sub)
+    for command in (p.commands or {}).values():
+        command.add_argument(
+            "--no-cache",
+            dest="cache",
+            action="store_false",
+            help="do not use the persistent compilation cache ($RBJAX_CACHE_DIR, else "
+            "$XDG_CACHE_HOME/rbjax/xla or ~/.cache/rbjax/xla)",
+        )
     return p
 
 
@@ -63,7 +79,10 @@ def main(argv=None) -> int:
     shown = warnings.showwarning
     warnings.showwarning = _warning(args.command)
     try:
-        return int(args.run(args))
+        with contextlib.ExitStack() as stack:
+            if args.cache:
+                _cache_on(stack, args.command)
+            return int(args.run(args))
     except CliError as exc:
         return _error(args.command, str(exc))
     except ValueError as exc:
@@ -84,6 +103,20 @@ def main(argv=None) -> int:
         return 130
     finally:
         warnings.showwarning = shown
+
+
+def _cache_on(stack: contextlib.ExitStack, command: str) -> None:
+    """The persistent compilation cache for this run (module docstring); a folder that cannot
+    be created is a warning, and the run goes on without the cache."""
+    try:
+        stack.enter_context(program_cache())
+    except OSError as exc:
+        print(
+            f"rbjax {command}: warning: compilation cache off: cannot create "
+            f"{str(default_cache_dir())!r} ({exc.strerror or exc}). Fix: set RBJAX_CACHE_DIR to "
+            "a writable folder, or pass --no-cache.",
+            file=sys.stderr,
+        )
 
 
 def _error(command: str, message: str) -> int:
