@@ -19,6 +19,11 @@ eq. (22)). What is drawn is built once in body axes and moved frame by frame:
   ground, and a line to it from the body's centre of mass; joints that hold no point together
   (Parallel, Perpendicular, RotationDriver) are not drawn.
 
+A run in joint coordinates (an MJCF/URDF tree, ``rbjax simulate`` writes the bodies' poses
+``xpos``/``xquat``) places each body's frame instead, with its geoms found in that frame
+(``build_joint_scene``) and the joint points ``jnt_pos``, linked to the body frame's origin.
+The model is loaded in the run's coordinates.
+
 The axis limits are those of the whole trajectory, fixed over the animation, with one scale on
 the three axes (metres); the title gives the time of the frame.
 """
@@ -30,6 +35,7 @@ import dataclasses
 import importlib
 import itertools
 import math
+import os
 import sys
 
 import numpy as np
@@ -271,6 +277,81 @@ def build_scene(loaded) -> Scene:
     )
 
 
+def build_joint_scene(loaded) -> Scene:
+    """The :class:`Scene` of a tree in joint coordinates (a run with body poses ``xpos``,
+    ``xquat``): MuJoCo's geoms in the axes of their body FRAME (not the centre of mass),
+    found once at qpos0 from ``mj_kinematics`` (Aᵀ(x − x_b) with x_b, A the body frame's
+    ``xpos``, ``xmat``); a body without a drawable geom as its inertia box about its centre
+    of mass; each joint's point ``jnt_pos`` in its body's frame."""
+    mujoco = importlib.import_module("mujoco")
+    model, m = loaded.model, loaded.mjmodel
+    d = mujoco.MjData(m)
+    mujoco.mj_kinematics(m, d)
+    t = mujoco.mjtGeom
+    parts: list[tuple[np.ndarray, int, int]] = []
+    static, planes, drawn = [np.zeros((0, 4, 3))], [], set()
+    for g in range(m.ngeom):
+        if m.geom_rgba[g, 3] == 0:  # MuJoCo hides these too
+            continue
+        kind, shape = int(m.geom_type[g]), _shape(t, int(m.geom_type[g]), m.geom_size[g])
+        xpos, xmat = d.geom_xpos[g].copy(), d.geom_xmat[g].reshape(3, 3).copy()
+        k = int(m.geom_bodyid[g])
+        world = k == 0 or (int(m.body_weldid[k]) == 0)  # the world and bodies welded to it
+        if world and kind == t.mjGEOM_PLANE:
+            planes.append((xpos, xmat, m.geom_size[g, :2].copy()))
+        elif world and kind != t.mjGEOM_HFIELD:
+            aabb = box(m.geom_aabb[g, 3:]) + m.geom_aabb[g, :3]
+            static.append(xpos + (aabb if shape is None else shape) @ xmat.T)
+        elif not world and shape is not None:
+            r, a = d.xpos[k], d.xmat[k].reshape(3, 3)
+            parts.append(((xpos + shape @ xmat.T - r) @ a, k - 1, g))
+            drawn.add(k - 1)
+    mass, inertia = np.asarray(model.mass, float), np.asarray(model.inertia, float)
+    com = np.asarray(model.com, float)
+    moving = {b for b in range(model.nb) if int(m.body_weldid[b + 1]) != 0}
+    parts += [(inertia_box(mass[b], inertia[b]) + com[b], b, -1) for b in sorted(moving - drawn)]
+    if not parts:  # nothing moves: an empty scene of moving faces
+        parts = [(np.zeros((0, 4, 3)), 0, -1)]
+    return Scene(
+        faces=np.concatenate([f for f, _, _ in parts]),
+        owner=np.concatenate([np.full(len(f), b) for f, b, _ in parts]).astype(int),
+        geom=np.concatenate([np.full(len(f), g) for f, _, g in parts]).astype(int),
+        static=np.concatenate(static),
+        planes=planes,
+        joint_body=np.array(m.jnt_bodyid, dtype=int) - 1,
+        joint_point=np.array(m.jnt_pos, dtype=float).reshape(-1, 3),
+    )
+
+
+def joint_trajectory(run: runfile.Run, model, path: str, model_path: str, sample: int):
+    """(t (T,), frames (T, nb, 7)) of one sample of a joint-coordinate run: each body
+    frame's origin and attitude (the run's ``xpos``, ``xquat``), checked against the model."""
+    if "xpos" not in run or "xquat" not in run:
+        raise CliError(
+            f"RUN {path!r} is in joint coordinates and holds no body poses (xpos, xquat). "
+            f"Fix: simulate it again with this rbjax ('rbjax simulate {model_path} --out "
+            f"{path}'), which writes them."
+        )
+    names = run.names("body_names")
+    if run["xpos"].shape[-2] != model.nb or (names and names != list(model.names)):
+        raise CliError(
+            f"RUN {path!r} has bodies {names} but MODEL {model_path!r} has {list(model.names)}. "
+            f"Fix: animate the run with the model that wrote it ({run.meta.get('model', 'see the run meta')})."
+        )
+    frames = np.concatenate([run["xpos"], run["xquat"]], axis=-1)
+    t = run["t"]
+    if frames.ndim == 4:
+        if not 0 <= sample < frames.shape[0]:
+            raise CliError(
+                f"--sample {sample} is out of range: RUN {path!r} holds {frames.shape[0]} "
+                f"samples. Fix: give --sample between 0 and {frames.shape[0] - 1}."
+            )
+        return t, frames[sample]
+    if sample != 0:
+        raise CliError(f"--sample {sample}: RUN {path!r} is a single run. Fix: leave out --sample.")
+    return t, frames
+
+
 def _shape(t, kind: int, size) -> np.ndarray | None:
     """The faces of a MuJoCo geom of type ``kind`` (``mjtGeom`` ``t``) in its own axes, None
     for types without a shape here (plane, height field, mesh, SDF)."""
@@ -383,8 +464,19 @@ def run(args) -> int:
         )
 
     saved = runfile.read(args.run_file)
-    loaded = load_model(args.model, meshes=args.meshes)
-    t, q = trajectory(saved, loaded.model, args.run_file, args.model, args.sample)
+    coordinates = "joint" if saved.joint else None  # the run's own coordinates
+    if saved.joint and os.path.splitext(args.model)[1].lower() not in (".xml", ".mjcf", ".urdf"):
+        raise CliError(
+            f"RUN {args.run_file!r} is in joint coordinates, from an MJCF/URDF file, and MODEL "
+            f"{args.model!r} is not one. Fix: animate it with {saved.meta.get('model', 'its model')}."
+        )
+    if not saved.joint and os.path.splitext(args.model)[1].lower() in (".xml", ".mjcf", ".urdf"):
+        coordinates = "maximal"  # a run in maximal coordinates: q is every body's pose
+    loaded = load_model(args.model, meshes=args.meshes, coordinates=coordinates)
+    if saved.joint:
+        t, q = joint_trajectory(saved, loaded.model, args.run_file, args.model, args.sample)
+    else:
+        t, q = trajectory(saved, loaded.model, args.run_file, args.model, args.sample)
     failed = runfile.failures(saved, None if saved.batch is None else [args.sample])
     finite = np.all(np.isfinite(q.reshape(len(t), -1)), axis=1)
     if failed or not np.all(finite):
@@ -416,7 +508,7 @@ def run(args) -> int:
             f"GiB, more than the {available / 2**30:.3g} GiB of memory available now. Fix: a "
             "larger --every, a smaller --size or --dpi, or an .mp4."
         )
-    scene = build_scene(loaded)
+    scene = build_joint_scene(loaded) if saved.joint else build_scene(loaded)
     fig, draw = figure(plt, scene, q[frames], t[frames], view, size, args.dpi)
     writer = (animation.PillowWriter if gif else animation.FFMpegWriter)(fps=args.fps)
     steps = tqdm(

@@ -7,6 +7,9 @@ configuration: the compile time (the first call minus the median warm call; it i
 rollout's input checks and one run) and the run time (median of ``--repeats`` warm calls),
 with steps/s = B × steps / run time (system-steps) and body-steps/s = steps/s × bodies.
 
+An MJCF or URDF MODEL is measured in the coordinates the other commands choose
+(``--coordinates``; joint coordinates for a tree: an rbjax.JointModel whose state is MuJoCo's
+qpos/qvel, drawn the same way); ``--integrator implicitfast`` for joint coordinates only.
 With an MJCF or URDF MODEL and the mujoco package installed, MuJoCo C integrates the same
 initial states with the same step as a peer in the same run: its RK4 integrator, one thread
 (``mujoco.rollout`` with one MjData), contacts and joint limits disabled because rbjax does
@@ -57,10 +60,14 @@ from .._joints import Revolute
 from .._model import Model
 from .._rollout import _available_memory, rollout
 from .._state import State, make_state
+from .._tree.model import JointModel, JointState
 from .arguments import MAX_COUNT, duration, integer, large, real, seed
 from .common import (
-    INTEGRATORS,
+    ALL_INTEGRATORS,
+    JOINT_INTEGRATORS,
+    MAXIMAL_INTEGRATORS,
     CliError,
+    add_coordinates,
     add_meshes,
     add_progress,
     load_model,
@@ -102,12 +109,18 @@ class Case:
 
     name: str
     model: Any
-    state: State
+    state: State | JointState
     dt: float
     dtype: Any
     source: Any = None
     links: int | None = None
     joints: JointSpace | None = None
+    mjmodel: Any = None  # the compiled MjModel of an MJCF/URDF file (either coordinates)
+
+    @property
+    def tree(self) -> bool:
+        """Joint coordinates (an rbjax.JointModel, MuJoCo's qpos/qvel as the state)."""
+        return isinstance(self.model, JointModel)
 
     @property
     def bodies(self) -> int:
@@ -160,26 +173,33 @@ def cast(tree, dtype):
 
 
 def prepare(
-    path: str | None, *, links: int = 2, dtype: str = "float64", dt=None, meshes: bool = True
+    path: str | None,
+    *,
+    links: int = 2,
+    dtype: str = "float64",
+    dt=None,
+    meshes: bool = True,
+    coordinates: str | None = None,
 ) -> Case:
     """The :class:`Case` of a model file (MJCF, URDF, .toml) or, for ``path`` None, the
     built-in chain of ``links`` rods. ``dt`` overrides the file's timestep (default: the
     file's, else 1e-3); ``meshes=False`` loads an MJCF/URDF without its mesh geoms."""
-    source, joints = None, None
+    source, joints, mjmodel = None, None, None
     if path is None:
         name = f"chain{links} (built in)"
         model, state = chain(links)
         step = DEFAULT_DT
     else:
         name = os.path.basename(path)
-        loaded = load_model(path, meshes=meshes)
+        loaded = load_model(path, meshes=meshes, coordinates=coordinates)
         model, state, step, source = loaded.model, loaded.state, loaded.timestep, loaded.source
+        mjmodel = loaded.mjmodel
         if state is None:
             raise CliError(
                 f"MODEL {path!r} has no initial state. Fix: add an [initial] table to the "
                 "model file (docs: 'Write a model file')."
             )
-        if source is None:  # a model file: its joint coordinates, if all are scalar
+        if mjmodel is None:  # a model file: its joint coordinates, if all are scalar
             try:
                 js = JointSpace(model)
             except ValueError:  # scalable bodies: no joint coordinates
@@ -198,6 +218,7 @@ def prepare(
         source=source,
         links=links if path is None else None,
         joints=joints,
+        mjmodel=mjmodel,
     )
 
 
@@ -216,8 +237,8 @@ def _joint_states(js: JointSpace, one: State, d_pos, qvel):
 def initial_states(case: Case, batch: int, rng: np.random.Generator):
     """``batch`` random initial states: the rbjax :class:`State` (leading axis ``batch``, in
     the case's dtype) and, for a MuJoCo model, MuJoCo's (qpos (B, nq), qvel (B, nv))."""
-    if case.source is not None:
-        m = case.source.mjmodel
+    if case.mjmodel is not None:
+        m = case.mjmodel
         qpos = m.qpos0 + rng.uniform(-QPOS_SPREAD, QPOS_SPREAD, (batch, m.nq))
         for j in range(m.njnt):
             a, kind = int(m.jnt_qposadr[j]), int(m.jnt_type[j])
@@ -225,6 +246,8 @@ def initial_states(case: Case, batch: int, rng: np.random.Generator):
                 o = a + 3 if kind == 0 else a
                 qpos[:, o : o + 4] /= np.linalg.norm(qpos[:, o : o + 4], axis=1, keepdims=True)
         qvel = rng.uniform(-QVEL_SPREAD, QVEL_SPREAD, (batch, m.nv))
+        if case.tree:  # joint coordinates: the state is MuJoCo's
+            return cast(JointState(jnp.zeros(batch), qpos, qvel), case.dtype), (qpos, qvel)
         st = [case.source.state(q, v) for q, v in zip(qpos, qvel, strict=True)]
         state = State(
             t=jnp.zeros(batch),
@@ -237,7 +260,7 @@ def initial_states(case: Case, batch: int, rng: np.random.Generator):
         angles = rng.uniform(-QPOS_SPREAD, QPOS_SPREAD, shape)
         state = chain_state(angles, rng.uniform(-QVEL_SPREAD, QVEL_SPREAD, shape))
         return cast(state, case.dtype), None
-    one = _single(case.state)
+    one = _single(case.state)  # pyright: ignore[reportArgumentType]  (a model file: State)
     if case.joints is not None:
         js = case.joints
         d_pos = rng.uniform(-QPOS_SPREAD, QPOS_SPREAD, (batch, js.nq))
@@ -253,7 +276,13 @@ def _nothing():
 
 
 def time_rollout(
-    case: Case, state: State, steps: int, repeats: int, integrator, batch_chunk=None, tick=_nothing
+    case: Case,
+    state: State | JointState,
+    steps: int,
+    repeats: int,
+    integrator,
+    batch_chunk=None,
+    tick=_nothing,
 ):
     """(compile s, median run s, every run s) of ``rollout`` of ``state``: compile time is the
     first call minus the median of ``repeats`` warm calls; ``tick()`` after every call."""
@@ -268,7 +297,7 @@ def time_rollout(
             save_every=steps,
             batch_chunk=batch_chunk,
         )
-        jax.block_until_ready(traj.q)
+        jax.block_until_ready(traj)
 
     t0 = time.perf_counter()
     call()
@@ -288,7 +317,7 @@ def mujoco_peer(case: Case):
     """A copy of the case's MjModel set up as rbjax's peer: RK4, the case's step, contacts and
     joint limits disabled (rbjax does not simulate them)."""
     mujoco = _mujoco()
-    m = copy.copy(case.source.mjmodel)
+    m = copy.copy(case.mjmodel)
     m.opt.integrator = mujoco.mjtIntegrator.mjINT_RK4
     m.opt.timestep = case.dt
     m.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_CONTACT) | int(
@@ -364,9 +393,9 @@ def measure(
     initial states. ``on_row(row)`` is called after each row. A failed rbjax rollout gives a
     row with ``error`` (its message) instead of times."""
     rng = np.random.default_rng(seed)
-    peer = mujoco_peer(case) if mujoco and case.source is not None else None
+    peer = mujoco_peer(case) if mujoco and case.mjmodel is not None else None
     dtype = jnp.dtype(case.dtype).name
-    integ = INTEGRATORS[integrator]()
+    integ = ALL_INTEGRATORS[integrator]()
     label = type(integ).__name__
     peer_batches = (
         []
@@ -606,7 +635,7 @@ def add_parser(sub):
     p.add_argument("--dtype", choices=tuple(DTYPES), default="float64", help="default float64")
     p.add_argument(
         "--integrator",
-        choices=[k for k in INTEGRATORS if k != "projected-rk4"],  # the peer runs plain RK4
+        choices=[k for k in ALL_INTEGRATORS if k != "projected-rk4"],  # the peer runs RK4
         default="rk4",
         help="default rk4",
     )
@@ -647,6 +676,7 @@ def add_parser(sub):
         metavar="N",
         help="refuse runs of more than N system-steps in all (default 10^9)",
     )
+    add_coordinates(p)
     add_meshes(p)
     add_progress(p)
     p.set_defaults(run=run)
@@ -670,8 +700,22 @@ def run(args) -> int:
             "or MODEL."
         )
     case = prepare(
-        args.model, links=args.links or 2, dtype=args.dtype, dt=args.dt, meshes=args.meshes
+        args.model,
+        links=args.links or 2,
+        dtype=args.dtype,
+        dt=args.dt,
+        meshes=args.meshes,
+        coordinates=args.coordinates,
     )
+    allowed = JOINT_INTEGRATORS if case.tree else MAXIMAL_INTEGRATORS
+    if args.integrator not in allowed:
+        other = "--coordinates maximal" if case.tree else "an MJCF/URDF tree in joint coordinates"
+        raise CliError(
+            f"--integrator {args.integrator} does not integrate "
+            f"{'joint' if case.tree else 'maximal'} coordinates (those that do: "
+            f"{', '.join(k for k in allowed if k != 'projected-rk4')}). Fix: choose one of "
+            f"them, or {other}."
+        )
     _sized(case, args.batch, args.steps, args.repeats, args.max_steps)
     head = header() | {
         "model": case.name,
@@ -683,9 +727,11 @@ def run(args) -> int:
         "dtype": args.dtype,
         "seed": args.seed,
     }
-    if case.source is not None and not args.mujoco:
+    if case.tree:
+        head["coordinates"] = "joint"
+    if case.mjmodel is not None and not args.mujoco:
         head["mujoco_peer"] = "skipped (--no-mujoco)"
-    elif case.source is not None:
+    elif case.mjmodel is not None:
         head["mujoco_peer"] = "RK4, 1 thread (mujoco.rollout), contacts and joint limits disabled"
     else:
         head["mujoco_peer"] = "none (not an MJCF/URDF model)"
@@ -693,7 +739,8 @@ def run(args) -> int:
     for line in header_lines(head):
         print(line)
     print(
-        f"model: {case.name}, {case.bodies} bodies, dt = {case.dt:g} s, {args.steps} steps, "
+        f"model: {case.name}, {case.bodies} bodies, "
+        f"{'joint' if case.tree else 'maximal'} coordinates, dt = {case.dt:g} s, {args.steps} steps, "
         f"median of {args.repeats}; MuJoCo peer: {head['mujoco_peer']}"
     )
     print()

@@ -15,6 +15,11 @@ initial state; and the initial accelerations (finite and their size). A check FA
 Redundant joint equations are reported, not failed: every formulation runs them (minimum-norm
 multipliers, rbjax/_engine/rank.py).
 
+On joint coordinates (an MJCF/URDF tree, rbjax/_cli/joint.py) there are no joint equations
+to violate: reported are the degrees of freedom nv (and nq), the equalities held, what the
+loader does not simulate, the energies and the accelerations at the initial state, and the
+trial's energy change and quaternion length drift.
+
 Exit code 0 when every check passes, 1 when one fails (listed with its fix), 2 when the model
 cannot be loaded.
 """
@@ -35,9 +40,9 @@ from .._analysis.mobility import mobility
 from .._dynamics import accelerations
 from .._results import RESULTS
 from .._rollout import rollout
-from . import quantities
+from . import joint, quantities
 from .arguments import integer, real
-from .common import CliError, add_meshes, load_model
+from .common import CliError, add_coordinates, add_meshes, load_model
 
 MAX_TRIAL = 10**5  # steps of the trial integration, which saves every step: a check, not a run
 
@@ -77,6 +82,7 @@ def add_parser(sub):
         help="largest joint residual accepted after the trial (> 0; default 1e-6)",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    add_coordinates(p)
     add_meshes(p)
     p.set_defaults(run=run)
 
@@ -180,7 +186,7 @@ def _trial(model, state, dt, steps, drift, failures) -> dict:
 
 
 def run(args) -> int:
-    loaded = load_model(args.model, meshes=args.meshes)
+    loaded = load_model(args.model, meshes=args.meshes, coordinates=args.coordinates)
     if loaded.state is None:
         raise CliError(
             f"MODEL {args.model!r} has no initial state to check. Fix: add an [initial] table "
@@ -189,14 +195,17 @@ def run(args) -> int:
     dt = args.dt if args.dt is not None else (loaded.timestep or 1e-3)
     if not (dt > 0 and np.isfinite(dt)):
         raise CliError(f"--dt {dt!r} is not a positive step. Fix: e.g. --dt 1e-3.")
-    coords = quantities.layout(loaded)
-    rep = report(loaded.model, loaded.state, args.tol, dt, args.steps, args.drift, coords)
+    if loaded.coordinates == "joint":  # rbjax/_cli/joint.py
+        rep = joint.check_report(loaded, dt, args.steps)
+    else:
+        coords = quantities.layout(loaded)
+        rep = report(loaded.model, loaded.state, args.tol, dt, args.steps, args.drift, coords)
     rep["model"] = args.model
     if args.json:
         json.dump(rep, sys.stdout, indent=2)
         print()
     else:
-        _print(rep)
+        (joint.print_check if loaded.coordinates == "joint" else _print)(rep)
     return 1 if rep["failures"] else 0
 
 

@@ -5,13 +5,18 @@ a message, and ``key=value`` options."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable
+from typing import Any
 
 from .._integrators import RK4, AbstractIntegrator, ImplicitMidpoint, Projected, SemiImplicitEuler
+from .._io.load import Loaded
+from .._tree.implicit import ImplicitFast
 
 
 class CliError(Exception):
@@ -30,27 +35,127 @@ def input_file(path: str, argument: str, fix: str) -> str:
     return path
 
 
-def load_model(path: str, *, control=None, meshes: bool = True):
+COORDINATES = ("joint", "maximal")
+"""The formulations ``--coordinates`` chooses between for an MJCF/URDF file."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Opened(Loaded):
+    """:class:`rbjax.Loaded` as the command line loads it: also the ``coordinates`` it chose
+    ("joint", "maximal", or "file" for an rbjax model file), ``why`` (one phrase: the reason of
+    the default, or "--coordinates"), the compiled ``mjmodel`` of an MJCF/URDF file (None for
+    a model file) and ``not_simulated`` (the loader's warning about elements it leaves out, or
+    None)."""
+
+    coordinates: str = "file"
+    why: str = ""
+    mjmodel: Any = None
+    not_simulated: str | None = None
+
+
+def default_coordinates(m) -> tuple[str, str]:
+    """(coordinates, why) of a compiled MJCF/URDF model ``m`` when ``--coordinates`` is not
+    given: "joint" when its joints form a tree, "maximal" when an active connect or weld
+    equality closes a loop (the tree of MuJoCo's bodies is then not the mechanism's; maximal
+    coordinates hold the closure as exact joint equations, as they always have). A joint
+    equality (a coupling of two joint coordinates) keeps the tree: joint coordinates hold it
+    exactly, maximal coordinates do not import it."""
+    from .._io.mujoco import _mujoco
+
+    mujoco = _mujoco()
+    loops = (int(mujoco.mjtEq.mjEQ_CONNECT), int(mujoco.mjtEq.mjEQ_WELD))
+    disabled = int(m.opt.disableflags)
+    off = disabled & (
+        int(mujoco.mjtDisableBit.mjDSBL_EQUALITY) | int(mujoco.mjtDisableBit.mjDSBL_CONSTRAINT)
+    )
+    closing = [
+        e for e in range(m.neq) if not off and m.eq_active0[e] and int(m.eq_type[e]) in loops
+    ]
+    if closing:
+        return (
+            "maximal",
+            f"{len(closing)} connect/weld equalit{'y closes' if len(closing) == 1 else 'ies close'} a loop",
+        )
+    return "joint", "its joints form a tree"
+
+
+def load_model(path: str, *, control=None, meshes: bool = True, coordinates: str | None = None):
     """:func:`rbjax.load` with the command line's messages: a missing file or extension, or a
     missing ``mujoco`` package, is a CliError naming the fix. ``control``: constant actuator
     controls of an MJCF/URDF model (a model file refuses them: its controls are in the file);
-    ``meshes=False`` (--no-meshes): an MJCF/URDF model without its mesh geoms."""
+    ``meshes=False`` (--no-meshes): an MJCF/URDF model without its mesh geoms.
+    ``coordinates`` (--coordinates): "joint" (a :class:`rbjax.JointModel`) or "maximal" (an
+    :class:`rbjax.Model`) for an MJCF/URDF file; None chooses by :func:`default_coordinates`.
+    Returns an :class:`Opened`."""
     from .._io.load import load
 
     input_file(path, "MODEL", "give the path of a .xml, .urdf or .toml file")
     ext = os.path.splitext(path)[1].lower()
-    if ext in (".xml", ".mjcf", ".urdf"):
-        try:
-            import mujoco  # noqa: F401
-        except ImportError as exc:
+    if ext not in (".xml", ".mjcf", ".urdf"):
+        if coordinates is not None and ext == ".toml":
             raise CliError(
-                f"MODEL {path!r} is MJCF/URDF, which rbjax reads through MuJoCo's compiler, and "
-                "the mujoco package is not installed. Fix: pip install 'rbjax[mujoco]'."
-            ) from exc
+                f"--coordinates {coordinates}: MODEL {path!r} is an rbjax model file, which "
+                "carries its own formulation. Fix: leave out --coordinates (it applies to MJCF "
+                "and URDF files)."
+            )
+        loaded = load(path, **_options(control, meshes))
+        return Opened(loaded.model, loaded.state, loaded.timestep, loaded.source)
+    try:
+        import mujoco  # noqa: F401
+    except ImportError as exc:
+        raise CliError(
+            f"MODEL {path!r} is MJCF/URDF, which rbjax reads through MuJoCo's compiler, and "
+            "the mujoco package is not installed. Fix: pip install 'rbjax[mujoco]'."
+        ) from exc
+    from .._io.mujoco import _compile, _mujoco
+
+    m = _compile(_mujoco(), path, meshes)
+    why = "--coordinates"
+    if coordinates is None:
+        coordinates, why = default_coordinates(m)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if coordinates == "joint":
+            from .._io.mujoco_tree import build_tree_from_mujoco
+
+            model, state, timestep, source = build_tree_from_mujoco(m, control=control)
+            loaded = Loaded(model, state, timestep, source)
+        else:
+            loaded = load(path, **_options(control, meshes))
+    notes = []
+    for w in caught:  # shown as the command line shows every warning (rbjax/_cli/__init__.py)
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if "NOT simulated" in str(w.message):
+            notes.append(str(w.message))
+    return Opened(
+        loaded.model,
+        loaded.state,
+        loaded.timestep,
+        loaded.source,
+        coordinates=coordinates,
+        why=why,
+        mjmodel=m,
+        not_simulated="\n".join(notes) or None,
+    )
+
+
+def _options(control, meshes: bool) -> dict:
     options: dict = {} if control is None else {"control": control}
     if not meshes:
         options["meshes"] = False
-    return load(path, **options)
+    return options
+
+
+def add_coordinates(p) -> None:
+    """The --coordinates option of the commands that load a MODEL."""
+    p.add_argument(
+        "--coordinates",
+        choices=COORDINATES,
+        default=None,
+        help="MJCF/URDF: simulate in joint coordinates (MuJoCo's qpos/qvel, rbjax.JointModel) "
+        "or maximal coordinates (every body's pose, rbjax.Model); default joint when the "
+        "file's joints form a tree, maximal when a connect or weld equality closes a loop",
+    )
 
 
 def add_meshes(p) -> None:
@@ -76,7 +181,36 @@ INTEGRATORS: dict[str, Callable[[], AbstractIntegrator]] = {
     "implicit-midpoint": ImplicitMidpoint,
     "semi-implicit-euler": SemiImplicitEuler,
 }
-"""The integrators the commands offer: ``INTEGRATORS[name]()`` makes one."""
+"""The integrators of maximal coordinates: ``INTEGRATORS[name]()`` makes one."""
+ALL_INTEGRATORS: dict[str, Callable[[], AbstractIntegrator]] = INTEGRATORS | {
+    "implicitfast": ImplicitFast
+}
+"""Every integrator the commands offer, implicitfast for joint coordinates only."""
+JOINT_INTEGRATORS = ("rk4", "semi-implicit-euler", "implicitfast")
+"""Those that integrate joint coordinates (rbjax/_tree/rollout.py)."""
+MAXIMAL_INTEGRATORS = tuple(INTEGRATORS)
+"""Those that integrate maximal coordinates."""
+
+
+def integrator_for(name: str | None, loaded) -> str:
+    """The integrator's name: ``name`` (--integrator) if it integrates the loaded model's
+    coordinates, else a CliError naming the fix; None: "implicitfast" for joint coordinates
+    of a file that asks for MuJoCo's implicit or implicitfast integrator (stiff dampers and
+    servos, unstable with RK4 at the file's step), else "rk4"."""
+    joint = isinstance(loaded, Opened) and loaded.coordinates == "joint"
+    if name is None:
+        m = loaded.mjmodel if isinstance(loaded, Opened) else None
+        asks = m is not None and int(m.opt.integrator) in (2, 3)  # mjINT_IMPLICIT, _IMPLICITFAST
+        return "implicitfast" if joint and asks else "rk4"
+    allowed = JOINT_INTEGRATORS if joint else MAXIMAL_INTEGRATORS
+    if name not in allowed:
+        other = "--coordinates maximal" if joint else "--coordinates joint (MJCF/URDF trees)"
+        where = "joint" if joint else "maximal"
+        raise CliError(
+            f"--integrator {name} does not integrate {where} coordinates (those that do: "
+            f"{', '.join(allowed)}). Fix: choose one of them, or {other}."
+        )
+    return name
 
 
 def pyplot():

@@ -2,8 +2,11 @@
 
 Quantities (``--quantity``, repeatable, one panel each; default ``qpos`` and ``energy``):
 
-* ``qpos`` / ``qvel``: joint coordinates and velocities (angles in rad, slides in m);
+* ``qpos`` / ``qvel``: joint coordinates and velocities (angles in rad, slides in m); a run
+  in joint coordinates draws qpos grouped by joint type (hinges, slides, balls, free joints),
+  hinge angles unwrapped;
 * ``positions``: the bodies' centres of mass x, y, z [m];
+* (``residual`` and ``reactions`` need a run in maximal coordinates);
 * ``energy``: kinetic, potential and total energy [J];
 * ``invariants``: the change of total energy E − E(0) [J] (conserved without dissipation or
   work of applied forces and drivers);
@@ -103,11 +106,14 @@ def _series(run, quantity, select):
             )
         names = run.names(f"{quantity}_names") or _numbered(quantity, run[quantity].shape[-1])
         out = [(n, run[quantity][..., i], "") for i, n in enumerate(names) if keep(n)]
+        if quantity == "qpos" and "qpos_kinds" in run:
+            out = _grouped(run, names, keep)
     elif quantity == "positions":
-        bodies = run.names("body_names") or _numbered("body", run["q"].shape[-2])
+        com = run["xipos"] if run.joint else run["q"]  # centres of mass, (..., T, nb, 3 or 7)
+        bodies = run.names("body_names") or _numbered("body", com.shape[-2])
         for b, name in enumerate(bodies):
             if keep(name):
-                out += [(f"{name}.{c}", run["q"][..., b, k], "m") for k, c in enumerate("xyz")]
+                out += [(f"{name}.{c}", com[..., b, k], "m") for k, c in enumerate("xyz")]
     elif quantity == "energy":
         out = [
             ("kinetic", run["kinetic_energy"], "J"),
@@ -124,6 +130,13 @@ def _series(run, quantity, select):
                 (f"{label}{c} - {label}{c}(0)", v[..., k] - v[..., :1, k], "")
                 for k, c in enumerate("xyz")
             ]
+    elif quantity in ("residual", "reactions") and run.joint:
+        raise CliError(
+            f"--quantity {quantity}: the run is in joint coordinates, where the joints are the "
+            "coordinates (no joint equations to drift, no joint multipliers). Fix: simulate "
+            "with --coordinates maximal, or plot qpos, qvel, positions, energy, invariants or "
+            "momentum."
+        )
     elif quantity == "residual":
         if "position_residual" not in run:
             raise CliError(
@@ -156,6 +169,27 @@ def _series(run, quantity, select):
         raise CliError(
             f"--select {','.join(select)!r} matches no series of {quantity}. Fix: use a joint or body name."
         )
+    return out
+
+
+UNITS = {"hinge": "rad", "slide": "m", "ball": "", "free": ""}
+
+
+def _grouped(run, names, keep):
+    """qpos series of a joint-coordinate run grouped by joint type (hinges, slides, then
+    ball and free joints' positions and quaternions), each with its unit; hinge angles
+    unwrapped (a jump of more than π between saved times is taken as a wrap of ±2π: MuJoCo's
+    angles are continuous, so this only changes an angle that was saved wrapped)."""
+    kinds = run.names("qpos_kinds")
+    q = run["qpos"]
+    out = []
+    for group in ("hinge", "slide", "ball", "free"):
+        for i, (name, kind) in enumerate(zip(names, kinds, strict=True)):
+            if kind != group or not keep(name):
+                continue
+            v = np.unwrap(q[..., i], axis=-1) if kind == "hinge" else q[..., i]
+            unit = "m" if kind == "free" and name.split(".")[-1] in "xyz" else UNITS[kind]
+            out.append((name, v, unit))
     return out
 
 

@@ -19,7 +19,7 @@ from .._analysis.invariants import (
     potential_energy,
 )
 from .._analysis.joint_space import JointSpace
-from .._reactions import reactions
+from .._reactions import Reactions, reactions
 from .._state import saved_state
 
 # Names of the coordinates of each JointSpace kind: (position names, velocity names); a free
@@ -113,6 +113,7 @@ def derive(model, t, q, u, lam, coordinates: Layout = Layout()):
         out["velocity_residual"] = jnp.max(cd, axis=0)
         if lam is not None:
             r = reactions(model, states, lam)
+            assert isinstance(r, Reactions)  # a maximal model's (a JointModel has no joints)
             out["reaction_force"] = r.force_j
             out["reaction_torque"] = r.torque_j
     return out

@@ -24,6 +24,13 @@ for a batch (``--batch N``); T saved times, nb bodies, nj joints:
 * ``reaction_force``, ``reaction_torque`` (B, T, nj, 3) [N], [N m]: what each joint exerts on
   its body j (the second body it names), world frame, torque about the joint point;
   ``joint_names`` (nj,); ``lam`` (B, T, nb + m) the formulation's multipliers;
+* a run in joint coordinates (``meta`` ``"formulation": "joint"``, an MJCF/URDF tree
+  simulated as an rbjax.JointModel) has no ``q``, ``u``, residuals, reactions or ``lam``:
+  its state is ``qpos``/``qvel`` (MuJoCo's), and ``xpos`` (B, T, nb, 3), ``xquat``
+  (B, T, nb, 4) are each body frame's world origin and attitude (MuJoCo's ``data.xpos`` and
+  ``data.xquat``), ``xipos`` (B, T, nb, 3) its centre of mass (``data.xipos``);
+  ``qpos_kinds`` (nq,) the type of the joint of each qpos column ("hinge", "slide",
+  "ball", "free");
 * ``result`` (B,) an rbjax.RESULTS code (0 = success), ``failed_step`` (B,) (−1 if none);
 * for a batch, ``perturb_<name>`` (B, ...) the perturbation each sample received.
 
@@ -58,8 +65,17 @@ SERIES = {  # arrays per saved time: name -> the trailing shape after (B,) T, by
     "reaction_force": ("nj", 3),
     "reaction_torque": ("nj", 3),
     "lam": ("m",),
+    "xpos": ("nb", 3),
+    "xquat": ("nb", 4),
+    "xipos": ("nb", 3),
 }
-NAMES = {"body_names": "nb", "joint_names": "nj", "qpos_names": "nq", "qvel_names": "nv"}
+NAMES = {
+    "body_names": "nb",
+    "joint_names": "nj",
+    "qpos_names": "nq",
+    "qvel_names": "nv",
+    "qpos_kinds": "nq",
+}
 CSV_SERIES = (
     "kinetic_energy",
     "potential_energy",
@@ -86,6 +102,12 @@ class Run:
     def batch(self) -> int | None:
         """Number of samples of a batch run, None for a single run."""
         return self.meta.get("batch")
+
+    @property
+    def joint(self) -> bool:
+        """A run in joint coordinates (``--coordinates joint``): qpos/qvel and body poses,
+        no maximal q/u."""
+        return self.meta.get("formulation") == "joint"
 
     def names(self, key: str) -> list[str]:
         return [str(n) for n in self.arrays[key]] if key in self.arrays else []
@@ -168,7 +190,7 @@ def _check_shapes(run: Run, what: str, fix: str) -> None:
     def wrong(name: str, problem: str) -> NoReturn:
         raise CliError(f"{what}: array {name!r} {problem}. Fix: {fix}.")
 
-    for name in ("t", "q"):
+    for name in ("t", "qpos" if run.joint else "q"):
         if name not in run:
             wrong(name, "is missing")
     lead = () if run.batch is None else (run.batch,)
@@ -177,12 +199,19 @@ def _check_shapes(run: Run, what: str, fix: str) -> None:
         wrong("t", f"has shape {t.shape} and type {t.dtype}: not T finite times")
     if t.size > 1 and np.any(np.diff(t) <= 0):
         wrong("t", "is not increasing")
-    q, want = run["q"], (*lead, t.size)
-    if q.dtype.kind not in "fiu" or q.shape[:-2] != want or q.ndim != len(want) + 2:
-        wrong("q", f"has shape {q.shape}, not ({'B, ' * bool(lead)}T, nb, 7) with {want}")
-    if q.shape[-1] != 7:
-        wrong("q", f"has shape {q.shape}, not ({'B, ' * bool(lead)}T, nb, 7)")
-    dims: dict[str, int] = {"nb": q.shape[-2]}
+    want = (*lead, t.size)
+    dims: dict[str, int] = {}
+    if run.joint:  # qpos (B, T, nq) is checked with the series below
+        q = run["qpos"]
+        if q.dtype.kind not in "fiu" or q.shape[:-1] != want or q.ndim != len(want) + 1:
+            wrong("qpos", f"has shape {q.shape}, not ({'B, ' * bool(lead)}T, nq) with {want}")
+    else:
+        q = run["q"]
+        if q.dtype.kind not in "fiu" or q.shape[:-2] != want or q.ndim != len(want) + 2:
+            wrong("q", f"has shape {q.shape}, not ({'B, ' * bool(lead)}T, nb, 7) with {want}")
+        if q.shape[-1] != 7:
+            wrong("q", f"has shape {q.shape}, not ({'B, ' * bool(lead)}T, nb, 7)")
+        dims["nb"] = q.shape[-2]
     for name, dim in NAMES.items():
         if name in run:
             names = run[name]

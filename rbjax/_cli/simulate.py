@@ -1,5 +1,9 @@
 """``rbjax simulate MODEL``: integrate a model file and write a run file (runfile.py).
 
+An MJCF/URDF tree is integrated in joint coordinates (``--coordinates``, default by
+rbjax/_cli/common.py ``default_coordinates``; rbjax/_cli/joint.py: MuJoCo's qpos/qvel, its
+perturbations and run file); what follows is the maximal-coordinate run.
+
 A single run starts from the file's initial state (MJCF/URDF: qpos0 at rest, or the keyframe
 the loader was given; model file: its ``[initial]`` table). ``--batch N`` integrates N copies
 at once, each perturbed independently (``--perturb NAME=SIZE``, Gaussian, seeded by
@@ -37,13 +41,15 @@ from .._analysis.assembly import assemble
 from .._analysis.checks import check_mechanism_state
 from .._results import RESULTS
 from .._rollout import Trajectory, _available_memory, rollout
-from . import quantities, runfile
+from . import joint, quantities, runfile
 from .arguments import duration, integer, large, numbers, real, seed
 from .common import (
-    INTEGRATORS,
+    ALL_INTEGRATORS,
     CliError,
+    add_coordinates,
     add_meshes,
     add_progress,
+    integrator_for,
     key_values,
     load_model,
     output_path,
@@ -88,7 +94,13 @@ def add_parser(sub):
         default=None,
         help="step [s] (default: the file's timestep, else 1e-3)",
     )
-    p.add_argument("--integrator", choices=sorted(INTEGRATORS), default="rk4", help="default rk4")
+    p.add_argument(
+        "--integrator",
+        choices=sorted(ALL_INTEGRATORS),
+        default=None,
+        help="default rk4; implicitfast (joint coordinates only) when the MJCF asks for "
+        "MuJoCo's implicit or implicitfast integrator",
+    )
     p.add_argument(
         "--save-every",
         type=integer("--save-every", "10"),
@@ -138,6 +150,7 @@ def add_parser(sub):
         metavar="N",
         help="refuse runs of more than N system-steps, batch x steps (default 10^9: hours)",
     )
+    add_coordinates(p)
     add_meshes(p)
     add_progress(p)
     p.set_defaults(run=run)
@@ -388,15 +401,21 @@ def run(args) -> int:
             raise CliError(f"--csv {args.csv!r} does not end in .csv. Fix: e.g. --csv run.csv.")
         output_path(args.csv, (".csv",), "table", "--csv")
     control = None if args.ctrl is None else np.asarray(args.ctrl)
-    loaded = load_model(args.model, control=control, meshes=args.meshes)
+    loaded = load_model(
+        args.model, control=control, meshes=args.meshes, coordinates=args.coordinates
+    )
+    args.integrator = integrator_for(args.integrator, loaded)
     dt = args.dt if args.dt is not None else (loaded.timestep or 1e-3)
     systems = 1 if args.batch is None else args.batch
     n_steps, save_every = _steps(args.t, dt, args.save_every, systems, args.max_steps)
+    if loaded.coordinates == "joint":  # rbjax/_cli/joint.py
+        n_seg = _segments(n_steps // save_every)
+        return joint.simulate(args, loaded, perturb, dt, n_steps, save_every, n_seg, control)
     multipliers = bool(args.reactions and loaded.model.joints)
     coords = quantities.layout(loaded)  # MuJoCo's qpos/qvel for an MJCF or URDF file
     _memory(loaded.model, systems, n_steps // save_every + 1, multipliers, save_every, coords)
     model, state, record = _initial(loaded, args, perturb, coords)
-    integrator = INTEGRATORS[args.integrator]()
+    integrator = ALL_INTEGRATORS[args.integrator]()
     arrays, result, failed, times = _integrate(
         model, state, dt, n_steps, save_every, integrator, multipliers, show_progress(args.progress)
     )
