@@ -42,14 +42,19 @@ from jaxtyping import Array, Float
 
 from .bodies import com_from, velocities_from
 from .forces import nonconservative_forces, rotation_vector
-from .kinematics import frames, matvec
+from .kinematics import Frames, frames, matvec
 from .topology import BALL, FREE, HINGE, SLIDE
 
 
 def kinetic(model, q: Float[Array, " nq *batch"], u: Float[Array, " nv *batch"]) -> Array:
     """T = ½ q̇ᵀ M q̇ [J] (module docstring), shape (*batch,)."""
     f = frames(model.topology, model, q)
-    com = com_from(model, f)
+    return kinetic_from(model, f, com_from(model, f), u)
+
+
+def kinetic_from(model, f: Frames, com, u: Float[Array, " nv *batch"]) -> Array:
+    """:func:`kinetic` from a forward-kinematics pass ``f`` and its centres of mass ``com``
+    (one pass shared with :func:`potential_from`, as the monitors use them)."""
     v, w = velocities_from(model, f, com, u)
     tail = u.shape[1:]
     m = model.mass.reshape((-1,) + (1,) * len(tail))
@@ -63,8 +68,12 @@ def kinetic(model, q: Float[Array, " nq *batch"], u: Float[Array, " nv *batch"])
 
 def potential(model, q: Float[Array, " nq *batch"]) -> Array:
     """V = V_g + V_s [J] (module docstring), shape (*batch,)."""
+    return potential_from(model, q, com_from(model, frames(model.topology, model, q)))
+
+
+def potential_from(model, q: Float[Array, " nq *batch"], com) -> Array:
+    """:func:`potential` with the centres of mass ``com`` (3, nb, *batch) given."""
     tail = q.shape[1:]
-    com = com_from(model, frames(model.topology, model, q))
     weight = ((1.0 - model.gravcomp) * model.mass).reshape((-1,) + (1,) * len(tail))
     g = model.gravity.reshape((3, 1) + (1,) * len(tail))
     return -jnp.sum(weight * jnp.sum(g * com, axis=0), axis=0) + spring_potential(model, q)

@@ -37,10 +37,11 @@ import numpy as np
 from .._engine.monitors import Spec
 from .._errors import is_concrete
 from .._monitors import Plausibility
-from .bodies import body_com
+from .bodies import com_from
 from .dynamics import qpos_rate
-from .energy import kinetic, nonconservative_power, potential
+from .energy import kinetic_from, nonconservative_power, potential, potential_from
 from .implicit import ImplicitFast
+from .kinematics import frames
 from .topology import BALL, FREE
 
 QUANTITY = {
@@ -123,7 +124,9 @@ def evaluate(spec: Spec, model, t, qpos, qvel, save_every: int, h, work=None):
 def _energy(spec: Spec, model, t, q, u, save_every: int, h, work):
     """|E − E₀ − W| / (S + floor + lag/limit), (T, *batch): rbjax/_engine/monitors.py
     ``evaluate`` and ``_energy``, whose derivation and measurements this follows."""
-    kin, pot = kinetic(model, q, u), potential(model, q)
+    f = frames(model.topology, model, q)  # one kinematics pass for T, V and the floor
+    com = com_from(model, f)  # (3, nb, T, *batch)
+    kin, pot = kinetic_from(model, f, com, u), potential_from(model, q, com)
     e = kin + pot
     w, a = 0.0, 0.0
     if work is not None:
@@ -140,7 +143,6 @@ def _energy(spec: Spec, model, t, q, u, save_every: int, h, work):
     # and below the origin do not cancel, and |V| for the springs) and the reach of the
     # bodies (Σ m |c|² + tr Θ), whose rounding a step turns into motion: the maximal
     # monitors' floor (rbjax/_engine/monitors.py ``_energy``)
-    com = body_com(model, q)  # (3, nb, T, *batch)
     lift = (1,) * (com.ndim - 2)
     mass = model.mass.reshape((-1,) + lift)
     g = model.gravity.reshape((3, 1) + lift)
