@@ -72,6 +72,9 @@ def test_simulate_writes_mujocos_qpos_and_qvel_for_an_mjcf_file(tmp_path):
     out = tmp_path / "run.npz"
     argv = ["simulate", str(xml), "--t", str(STEPS * 1e-3), "--dt", "1e-3", "--no-reactions"]
     batch = ["--batch", "2", "--seed", "0", "--perturb", "qpos=0.3", "--perturb", "qvel=1"]
+    # maximal coordinates (the bodies' q in the run file); the joint-coordinate default
+    # holds MuJoCo's qpos itself (tests/test_cli_joint.py)
+    batch += ["--coordinates", "maximal"]
     assert main([*argv, *batch, "--integrator", "rk4", "--out", str(out)]) == 0
     run = np.load(out)
     for s in range(2):
