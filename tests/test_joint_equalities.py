@@ -78,6 +78,12 @@ def test_four_bar_moves_and_pulls_as_in_maximal_coordinates():
         reaction = rbjax.reactions(maximal.model, jax.tree.map(lambda x, i=i: x[i], traj.states))
         assert_close(lam, reaction.force_i[k], rtol=0.0, atol=1e-6 * np.abs(lam).max())
         assert lam[1] == pytest.approx(0.0, abs=1e-9)  # the dependent y row: no force
+        # the three hinges' reactions too (test_joint_reactions_equal_maximal_reactions)
+        mine = rbjax.reactions(jm, joint[i])
+        hinges = np.array([[j.name for j in maximal.model.joints].index(n) for n in jm.joint_names])
+        scale = np.abs(np.asarray(reaction.force_j)).max()
+        assert_close(mine.force, reaction.force_j[hinges], rtol=0.0, atol=1e-6 * scale)
+        assert_close(mine.torque, reaction.torque_j[hinges], rtol=0.0, atol=1e-6 * scale)
 
     m = mujoco.MjModel.from_xml_path(str(path))
     d = mujoco.MjData(m)
@@ -137,13 +143,12 @@ def test_an_open_loop_is_assembled_at_load_with_a_warning():
     [
         ("arm7.xml", None, None),  # 7 hinges, actuators, damping
         ("humanoid.xml", None, None),  # free root, balls and hinges
-        ("four_bar.xml", [0.3, -0.2, 0.1], [2.0, 0.0, 0.0]),  # a loop
         ("cart_pole.xml", [0.1, 0.5], [0.3, -1.0]),  # a slide
     ],
 )
 def test_joint_reactions_equal_maximal_reactions(name, qpos, qvel):
-    """At a random state (a closed one for the four-bar, assembled by the maximal loader), the
-    force and the torque about the joint point that every joint exerts on its body equal the
+    """At a random state (the four-bar's loop: in its own test above, which compiles the
+    maximal reactions of that file once), the force and the torque about the joint point that every joint exerts on its body equal the
     maximal formulation's (``Reactions.force_j``/``torque_j``), to 1e-9 of the largest. The
     maximal reactions come from the multipliers of the joint equations; these from the
     subtree sums of recursive Newton–Euler, with the drive along each joint's own DOFs taken
