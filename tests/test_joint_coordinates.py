@@ -705,7 +705,6 @@ def test_analyses_on_maximal_coordinates_refuse_a_joint_model_by_name(tmp_path):
     # what is refused is the model
     m, s = L.model, rbjax.load(MODELS / "double_pendulum.xml").state
     calls = {
-        "rbjax.assemble": lambda: rbjax.assemble(m, s),
         "rbjax.change_points": lambda: rbjax.change_points(m, s),
         "rbjax.gradient_health": lambda: rbjax.gradient_health(
             m, s, 1e-3, 2, lambda tr: tr.t.sum()
@@ -731,3 +730,5 @@ def test_analyses_on_maximal_coordinates_refuse_a_joint_model_by_name(tmp_path):
         rbjax.step(m, s, 1e-3)
     with pytest.raises(ValueError, match="reactions: model is a JointModel but state is a State"):
         rbjax.reactions(m, s)
+    with pytest.raises(ValueError, match="assemble: model is a JointModel but state is a State"):
+        rbjax.assemble(m, s)

@@ -136,6 +136,13 @@ def test_an_open_loop_is_assembled_at_load_with_a_warning():
     assert np.abs((jacs[0] - jacs[1]) @ v).max() < 1e-10
     moved = np.abs(q - q_open)
     assert moved[0] < moved[1:].max()
+    # the open state itself is refused by rollout, and rbjax.assemble closes it as load did
+    open_state = rbjax.JointState(0.0, q_open, v_open)
+    with pytest.raises(ValueError, match=r"violates the equalities 'loop'.*Fix: .*assemble"):
+        rbjax.rollout(loaded.model, open_state, 1e-3, 10)
+    closed = rbjax.assemble(loaded.model, open_state)
+    assert_close(closed.qpos, q, rtol=0.0, atol=1e-14)
+    assert_close(closed.qvel, v, rtol=0.0, atol=1e-14)
 
 
 @pytest.mark.parametrize(
@@ -363,9 +370,10 @@ def test_gradient_through_a_coupled_rollout_matches_finite_differences(coupled):
 
 
 def test_baumgarte_pulls_a_drifted_loop_back(coupled):
-    """From a state that violates the coupling by 1e-3 rad (at rest), the unstabilised
-    equations keep the violation (they only hold its second derivative), while
-    baumgarte=(10, 10) [1/s] brings it below 1e-5 within 1 s."""
+    """From a state that violates the coupling by 1e-3 rad (at rest): the unstabilised
+    equations would keep the violation (they only hold its second derivative), so rollout
+    refuses that start by name; baumgarte=(10, 10) [1/s] is there to close it, and brings it
+    below 1e-5 within 1 s."""
     jm, s0 = coupled
     off = rbjax.JointState(0.0, s0.qpos.at[0].add(1e-3), s0.qvel * 0.0)
 
@@ -379,7 +387,8 @@ def test_baumgarte_pulls_a_drifted_loop_back(coupled):
         (jnp.asarray(10.0), jnp.asarray(10.0)),
         is_leaf=lambda x: x is None,
     )
-    assert gap(jm) == pytest.approx(1e-3, rel=1e-2)
+    with pytest.raises(ValueError, match=r"violates the equalities 'gear' \(position 0\.001"):
+        gap(jm)
     assert gap(stabilised) < 1e-5
 
 

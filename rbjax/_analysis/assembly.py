@@ -8,6 +8,8 @@ projects the velocities M-orthogonally onto W̃u + Φ_t = 0. Both are roots of s
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, overload
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -16,7 +18,8 @@ from .._engine.projection import STOP_REASONS, closest_point, project_velocity
 from .._errors import is_concrete
 from .._oneshot import one_shot_jit
 from .._state import State
-from .._tree.model import maximal_only
+from .._tree.equality import assemble_state
+from .._tree.model import JointModel, JointState, maximal_only
 
 
 @one_shot_jit
@@ -43,9 +46,37 @@ def _free(model, state: State, velocities: bool) -> State:
     return State(t=state.t, q=q, u=u)
 
 
+if TYPE_CHECKING:  # the overloads typed callers see (the runtime checks see the definition)
+
+    @overload
+    def assemble(
+        model,
+        state: State,
+        *,
+        tol: float | None = None,
+        max_iters: int = 50,
+        velocities: bool = True,
+    ) -> State: ...
+
+    @overload
+    def assemble(
+        model,
+        state: JointState,
+        *,
+        tol: float | None = None,
+        max_iters: int = 50,
+        velocities: bool = True,
+    ) -> JointState: ...
+
+
 def assemble(
-    model, state: State, *, tol: float | None = None, max_iters: int = 50, velocities: bool = True
-) -> State:
+    model,
+    state: State | JointState,
+    *,
+    tol: float | None = None,
+    max_iters: int = 50,
+    velocities: bool = True,
+) -> State | JointState:
     """Consistent initial conditions: q with Φ(q, t) = 0 near ``state.q``, then u with
     W u + Φ_t = 0 (ME751 "assembly"; Newton–Raphson with minimum-norm corrections).
 
@@ -56,7 +87,19 @@ def assemble(
     input and of the model, differentiable in forward and reverse mode by the implicit function
     theorem (the Newton iterations are not differentiated). A model without joints: rigid
     quaternions are normalised and their ν set to 0, the rest is unchanged.
+
+    A :class:`rbjax.JointModel` and its :class:`rbjax.JointState`: the equalities closed the
+    same way in joint space (Gauss–Newton in the kinetic-energy metric, velocities projected;
+    rbjax/_tree/equality.py), every system of a batch, on the host (concrete inputs); ball and
+    free quaternions normalised.
     """
+    if isinstance(model, JointModel):  # joint coordinates: only the equalities to close
+        if not isinstance(state, JointState):
+            raise ValueError(
+                f"assemble: model is a JointModel but state is a {type(state).__name__}. Fix: "
+                "pass its rbjax.JointState (qpos, qvel)."
+            )
+        return assemble_state(model, state)
     maximal_only(model, "rbjax.assemble")
     if not isinstance(state, State):
         raise ValueError(f"assemble: state = {type(state).__name__} is not an rbjax.State.")

@@ -417,3 +417,47 @@ def assemble(model, qpos, qvel, *, tol: float = 1e-12, max_steps: int = 50):
         )
     v = np.asarray(v) + project(M, J, J @ np.asarray(v))
     return q, jnp.asarray(v, q.dtype), gap
+
+
+def violations(model, qpos, qvel):
+    """Per equality, the largest |g| and |J q̇| over the systems of concrete (..., nq),
+    (..., nv) arrays: a list of (name, position gap, velocity gap). Host-side."""
+    topo = model.topology
+    q = jnp.moveaxis(jnp.asarray(qpos).reshape(-1, topo.nq), 0, -1)
+    u = jnp.moveaxis(
+        jnp.broadcast_to(jnp.asarray(qvel), jnp.shape(qpos)[:-1] + (topo.nv,)).reshape(-1, topo.nv),
+        0,
+        -1,
+    )
+    with jax.ensure_compile_time_eval():
+        f = frames(topo, model, q)
+        g, J = rows(model, q, f, motion_subspace(topo, f))
+        gv = jnp.sum(J * u[None], axis=1)
+    g, gv = np.abs(np.asarray(g)), np.abs(np.asarray(gv))
+    out, k = [], 0
+    for e in model.equalities:
+        out.append((e.name, float(g[k : k + e.rows].max()), float(gv[k : k + e.rows].max())))
+        k += e.rows
+    return out
+
+
+def assemble_state(model, state):
+    """:func:`assemble` of every system of a :class:`rbjax.JointState` (batch-leading), as
+    ``rbjax.assemble(JointModel, JointState)``: the closest closed configuration in the
+    kinetic-energy metric, velocities projected; a model without equalities returns the state
+    with its ball/free quaternions normalised."""
+    from .model import JointState
+
+    topo = model.topology
+    qpos = np.array(state.qpos)
+    qvel = np.broadcast_to(np.asarray(state.qvel), qpos.shape[:-1] + (topo.nv,)).copy()
+    flat_q, flat_v = qpos.reshape(-1, topo.nq), qvel.reshape(-1, topo.nv)
+    for k, kind in enumerate(topo.joint_types):
+        if kind in ("ball", "free"):
+            a = topo.qposadr[k] + (3 if kind == "free" else 0)
+            flat_q[:, a : a + 4] /= np.linalg.norm(flat_q[:, a : a + 4], axis=-1, keepdims=True)
+    if model.equalities:
+        for i in range(flat_q.shape[0]):
+            q, v, _ = assemble(model, flat_q[i], flat_v[i])
+            flat_q[i], flat_v[i] = np.asarray(q), np.asarray(v)
+    return JointState(state.t, flat_q.reshape(qpos.shape), flat_v.reshape(qvel.shape))

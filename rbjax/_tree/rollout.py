@@ -27,6 +27,8 @@ from .._engine.rollout import _WORK, DEFAULT_CHUNK, chunked, integrate
 from .._errors import check_finite, is_concrete
 from .._integrators import AbstractExplicitRK, SemiImplicitEuler
 from .._results import RESULTS
+from .._state import fresh_tolerances
+from .equality import violations
 from .implicit import ImplicitFast
 from .model import JointModel, JointState
 from .monitors import QUANTITY, evaluate, joint_spec
@@ -91,6 +93,22 @@ def check_joint_state(model: JointModel, state: JointState) -> None:
                         f"{topo.joint_names[j]!r}){system} has length {float(n[i]):.6g}, "
                         "not 1. Fix: normalise it (q / |q|)."
                     )
+    # skipped under a trace (the gradient of a rollout) and with Baumgarte terms, which are
+    # there to pull an open loop closed
+    if model.equalities and model.baumgarte is None and is_concrete((state, model)):
+        tol = fresh_tolerances(state.qpos.dtype)[1]
+        bad = [
+            f"{name!r} (position {gap:.3g}, velocity {rate:.3g})"
+            for name, gap, rate in violations(model, state.qpos, state.qvel)
+            if not (gap <= tol and rate <= tol)
+        ]
+        if bad:
+            raise ValueError(
+                f"state0 violates the equalities {', '.join(bad)} (tolerance {tol:g}); held "
+                "exactly, they would stay open and their forces would do work. Fix: "
+                "state0 = rbjax.assemble(model, state0) (rbjax.load assembles the file's "
+                "initial state)."
+            )
 
 
 def per_joint_system(fn, model, t, q, u):
