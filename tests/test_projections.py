@@ -64,12 +64,23 @@ def _rot(a):
     )
 
 
-def test_assemble_is_the_closest_point_in_the_mass_metric():
-    """assemble() of a spherical pendulum from a rough guess equals the minimiser of
-    ½(m|δr|² + ωᵀΘω) subject to the joint, solved independently by scipy's SLSQP over the
-    displacement (δr, ω) with the configuration r0 + δr, A0 ⊗ (1, ω/2)/|·|."""
+def _far_guess():
+    """A start 1.2 m and 66° from the manifold (the Gauss–Newton KKT iteration diverged from
+    there: its rate, the curvature times the distance, exceeds 1)."""
+    q = Q_REF.copy()
+    q[0, :3] += [0.9, -0.7, 0.4]
+    a = np.array([1.0, 0.3, -0.4, 0.35])
+    q[0, 3:] = a / np.linalg.norm(a)
+    return q
+
+
+@pytest.mark.parametrize("start", ["near", "far"])
+def test_assemble_is_the_closest_point_in_the_mass_metric(start):
+    """assemble() of a spherical pendulum from a rough guess (and from one far away) equals
+    the minimiser of ½(m|δr|² + ωᵀΘω) subject to the joint, solved independently by scipy's
+    SLSQP over the displacement (δr, ω) with the configuration r0 + δr, A0 ⊗ (1, ω/2)/|·|."""
     model = _pendulum("spherical")
-    q0 = _guess()
+    q0 = _guess() if start == "near" else _far_guess()
     out = rbjax.assemble(
         model, rbjax.State(t=jnp.asarray(0.0), q=jnp.asarray(q0), u=jnp.zeros((1, 7)))
     )

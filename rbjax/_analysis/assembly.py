@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._engine.layout import from_components, to_components
-from .._engine.projection import STOP_REASONS, closest_point, project_velocity
+from .._engine.projection import NOT_CLOSEST, STOP_REASONS, closest_point, project_velocity
 from .._errors import is_concrete
 from .._oneshot import one_shot_jit
 from .._state import State
@@ -111,17 +111,17 @@ def assemble(
     if is_concrete(err):
         batch = np.shape(err)[1:]
         err = np.asarray(err).reshape(len(model.joints), -1)
-        failed = ~np.all(err <= 100 * tol, axis=0)  # per system
+        reason = np.asarray(reason).reshape(-1)
+        failed = ~np.all(err <= 100 * tol, axis=0) | (reason == NOT_CLOSEST)  # per system
         if failed.any():
-            raise ValueError(
-                _failure_message(model, err, failed, np.asarray(reason), it, tol, batch)
-            )
+            raise ValueError(_failure_message(model, err, failed, reason, it, tol, batch))
     return out
 
 
 def _failure_message(model, err, failed, reason, it, tol, batch) -> str:
     """The error of :func:`assemble`: per joint its largest residual over the failed systems
-    (that of the last finite iterate), and why Gauss–Newton stopped."""
+    (that of the last finite iterate), and why Gauss–Newton stopped (or, on the manifold, why
+    the closest point was not found)."""
     worst_err = np.where(failed, err, -np.inf).max(axis=1)  # NaN propagates
     bad = [(n, e) for n, e in zip(model.joint_names, worst_err, strict=True) if not e <= 100 * tol]
     worst = ", ".join(f"'{n}' (residual {e:.3g})" for n, e in bad)
@@ -134,6 +134,13 @@ def _failure_message(model, err, failed, reason, it, tol, batch) -> str:
         first = first[0] if len(first) == 1 else first
         where = f" in {idx.size} of {failed.size} systems (first: batch index {first})"
     n = int(np.max(it))
+    if not bad:  # on the manifold, but not at the point closest to the start
+        return (
+            f"assemble: no closest configuration on the joint manifold was found{where}: "
+            f"Gauss–Newton reached the manifold in {n} iteration{'' if n == 1 else 's'}, but "
+            f"{why}. Fix: start closer to an assembled configuration (e.g. build joints with "
+            ".at(q, ...)), or assemble in steps from intermediate configurations."
+        )
     return (
         f"assemble: the joints cannot all be satisfied{where} after {n} Newton "
         f"iteration{'' if n == 1 else 's'}; these joints keep a residual above {tol:.1g}: {worst}. Newton stopped "
