@@ -198,6 +198,28 @@ def evaluate(spec: Spec, model, t, q, u, save_every: int, h=None, work=None):
 def _energy(spec: Spec, model, tc, qc, uc, save_every: int, h, work):
     """The energy quantity of :func:`evaluate`, (T, *batch)."""
     kin, pot = kinetic(model, uc), potential(model, tc, qc)
+    reach = jnp.sum(model.mass * cf.dot3(qc[0:3], qc[0:3]) + 2.0 * half_trace(model), -1)
+
+    def rate():
+        qdot = model.formulation._engine_kinematics(qc, uc)
+        _, vdot = jax.jvp(
+            lambda tt, qq: potential(model, tt, qq), (tc, qc), (jnp.ones_like(tc), qdot)
+        )
+        return vdot
+
+    return energy_balance(
+        spec, kin, pot, magnitude(model, tc, qc), reach, save_every, h, work, rate
+    )
+
+
+def energy_balance(spec: Spec, kin, pot, mag_v, reach, save_every: int, h, work, rate):
+    """The work–energy quantity of :func:`evaluate`, (T, *batch), of either formulation (this
+    module's :func:`_energy`, rbjax/_tree/monitors.py): from the saved states' kinetic
+    energy ``kin``, potential ``pot``, the magnitude ``mag_v`` of the terms V is made of
+    (:func:`magnitude`), the bodies' reach ``reach`` = Σ m |r|² + tr Θ, each (T, *batch);
+    ``work`` None or (W, A, P) of :func:`work_value`; ``rate()`` -> V̇ (T, *batch), called
+    only for a first-order integrator's lag. With ``spec.gain_only`` only energy gained,
+    max(E − E₀ − W, 0), counts."""
     e = kin + pot
     w, a = 0.0, 0.0
     if work is not None:
@@ -230,16 +252,13 @@ def _energy(spec: Spec, model, tc, qc, uc, save_every: int, h, work):
     # (and of the body's size, √(tr Θ / m)) per step is no physics: 10² (ε/h)² Σ m|r|² + tr Θ.
     steps = jnp.arange(e.shape[0], dtype=dtype) * save_every
     steps = steps.reshape((-1,) + (1,) * (e.ndim - 1))
-    mag = kin + magnitude(model, tc, qc) + jnp.abs(w) + a
-    reach = jnp.sum(model.mass * cf.dot3(qc[0:3], qc[0:3]) + 2.0 * half_trace(model), -1)
+    mag = kin + mag_v + jnp.abs(w) + a
     floor = eps * (1e3 + 1e2 * steps) * (mag + mag[0]) + 1e2 * (eps / h) ** 2 * (reach + reach[0])
     floor = floor + jnp.finfo(dtype).tiny
     scale = jax.lax.cummax(kin + jnp.abs(pot - pot[0]) + jnp.abs(w), axis=0) + a
     if spec.lag:
-        qdot = model.formulation._engine_kinematics(qc, uc)
-        _, vdot = jax.jvp(
-            lambda tt, qq: potential(model, tt, qq), (tc, qc), (jnp.ones_like(tc), qdot)
-        )
-        lag = jnp.minimum(0.5 * h * jnp.abs(vdot), scale / 3.0)
+        lag = jnp.minimum(0.5 * h * jnp.abs(rate()), scale / 3.0)
         scale = scale + lag / float(spec.energy or 1.0)  # the limit (set when watched)
-    return jnp.abs(e - e[0] - w) / (scale + floor)
+    gap = e - e[0] - w
+    gap = jnp.maximum(gap, 0.0) if spec.gain_only else jnp.abs(gap)
+    return gap / (scale + floor)

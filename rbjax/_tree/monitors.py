@@ -13,8 +13,9 @@ to watch. What remains of the three quantities of the maximal formulation:
   user forces; rbjax/_tree/energy.py), accumulated by the rollout's loop at every step
   (rbjax/_engine/monitors.py ``work_step``, with this module's :func:`engine_power`). The
   scale S, the rounding floor and a first-order integrator's lag allowance are those of
-  the maximal monitors (rbjax/_engine/monitors.py ``evaluate``), with the bodies' centres of
-  mass (rbjax/_tree/bodies.py) in place of the maximal coordinates' positions. One-sided
+  the maximal monitors (one function for both: rbjax/_engine/monitors.py
+  ``energy_balance``), with the bodies' centres of mass (rbjax/_tree/bodies.py) in place of
+  the maximal coordinates' positions. One-sided
   for :class:`rbjax.ImplicitFast`: its implicit damping and actuator gains dissipate, by
   design, energy that the quadrature of q̇ᵀτ_nc along its states does not see (a stiff servo
   arm at its file's 2 ms step, the trajectory equal to MuJoCo's implicitfast to 1e-12: the
@@ -34,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._engine.monitors import Spec
+from .._engine.monitors import Spec, energy_balance
 from .._errors import is_concrete
 from .._monitors import Plausibility
 from .bodies import com_from
@@ -123,43 +124,24 @@ def evaluate(spec: Spec, model, t, qpos, qvel, save_every: int, h, work=None):
 
 def _energy(spec: Spec, model, t, q, u, save_every: int, h, work):
     """|E − E₀ − W| / (S + floor + lag/limit), (T, *batch): rbjax/_engine/monitors.py
-    ``evaluate`` and ``_energy``, whose derivation and measurements this follows."""
+    ``energy_balance`` (the maximal monitors' balance, whose derivation and measurements it
+    carries) on this formulation's energies, magnitudes and reach."""
     f = frames(model.topology, model, q)  # one kinematics pass for T, V and the floor
     com = com_from(model, f)  # (3, nb, T, *batch)
     kin, pot = kinetic_from(model, f, com, u), potential_from(model, q, com)
-    e = kin + pot
-    w, a = 0.0, 0.0
-    if work is not None:
-        w, a, p = work
-        if save_every == 1 and w.shape[0] >= 3:  # the first interval to higher order
-            if w.shape[0] >= 4:
-                w1 = h * (9.0 * p[0] + 19.0 * p[1] - 5.0 * p[2] + p[3]) / 24.0
-            else:
-                w1 = h * (5.0 * p[0] + 8.0 * p[1] - p[2]) / 12.0
-            w = w.at[1].set(w1)
-    dtype = e.dtype
-    eps = jnp.finfo(dtype).eps
     # the magnitudes of V's terms (each body's weight term Σ m |gᵀ c|, so that bodies above
     # and below the origin do not cancel, and |V| for the springs) and the reach of the
-    # bodies (Σ m |c|² + tr Θ), whose rounding a step turns into motion: the maximal
-    # monitors' floor (rbjax/_engine/monitors.py ``_energy``)
+    # bodies (Σ m |c|² + tr Θ), whose rounding a step turns into motion
     lift = (1,) * (com.ndim - 2)
     mass = model.mass.reshape((-1,) + lift)
     g = model.gravity.reshape((3, 1) + lift)
     weight = jnp.sum(mass * jnp.abs(jnp.sum(g * com, axis=0)), axis=0)
     trace = jnp.trace(model.inertia, axis1=-2, axis2=-1).reshape((-1,) + lift)
     reach = jnp.sum(mass * jnp.sum(com * com, axis=0) + trace, axis=0)
-    steps = jnp.arange(e.shape[0], dtype=dtype) * save_every
-    steps = steps.reshape((-1,) + (1,) * (e.ndim - 1))
-    mag = kin + weight + jnp.abs(pot) + jnp.abs(w) + a
-    floor = eps * (1e3 + 1e2 * steps) * (mag + mag[0]) + 1e2 * (eps / h) ** 2 * (reach + reach[0])
-    floor = floor + jnp.finfo(dtype).tiny
-    scale = jax.lax.cummax(kin + jnp.abs(pot - pot[0]) + jnp.abs(w), axis=0) + a
-    if spec.lag:
+
+    def rate():
         qdot = qpos_rate(model.topology, q, u)
-        _, vdot = jax.jvp(lambda qq: potential(model, qq), (q,), (qdot,))
-        lag = jnp.minimum(0.5 * h * jnp.abs(vdot), scale / 3.0)
-        scale = scale + lag / float(spec.energy or 1.0)
-    gap = e - e[0] - w
-    gap = jnp.maximum(gap, 0.0) if spec.gain_only else jnp.abs(gap)
-    return gap / (scale + floor)
+        return jax.jvp(lambda qq: potential(model, qq), (q,), (qdot,))[1]
+
+    mag_v = weight + jnp.abs(pot)
+    return energy_balance(spec, kin, pot, mag_v, reach, save_every, h, work, rate)
