@@ -42,7 +42,7 @@ from .._results import RESULTS
 from .._rollout import rollout
 from . import joint, quantities
 from .arguments import integer, real
-from .common import CliError, add_coordinates, add_meshes, load_model
+from .common import CliError, add_coordinates, add_meshes, load_model, print_check
 
 MAX_TRIAL = 10**5  # steps of the trial integration, which saves every step: a check, not a run
 
@@ -205,46 +205,5 @@ def run(args) -> int:
         json.dump(rep, sys.stdout, indent=2)
         print()
     else:
-        (joint.print_check if loaded.coordinates == "joint" else _print)(rep)
+        print_check(rep)
     return 1 if rep["failures"] else 0
-
-
-def _print(rep: dict) -> None:
-    joints = ", ".join(f"{n} {k}" for k, n in rep["joints"].items()) or "none"
-    print(f"model        {rep['model']}")
-    merged = "; ".join(f"{b} into {into}" for b, into in rep["merged"].items())
-    merged = f"; welded bodies merged: {merged}" if merged else ""
-    print(f"bodies       {len(rep['bodies'])} ({rep['total_mass']:.6g} kg in all{merged})")
-    print(f"joints       {joints}; formulation {rep['formulation']}")
-    if "rank" in rep:
-        print(
-            f"mobility     {rep['dof']} degrees of freedom (rank {rep['rank']} of {rep['rows']} joint equations)"
-        )
-        print(f"redundant    {', '.join(rep['redundant']) or 'none'}")
-        worst_p = max(v["position"] for v in rep["residual"].values())
-        worst_v = max(v["velocity"] for v in rep["residual"].values())
-        print(f"assembly     largest residual |Phi| = {worst_p:.3g}, |W u + Phi_t| = {worst_v:.3g}")
-    else:
-        print(f"mobility     {rep['dof']} degrees of freedom (free bodies)")
-    if "coordinates" in rep:
-        c = rep["coordinates"]
-        print(
-            f"coordinates  nq = {c['nq']}, nv = {c['nv']} ({'MuJoCo qpos/qvel' if c['kind'] == 'mujoco' else 'rbjax.JointSpace'}); constraints outside the joint tree: {', '.join(c['loops']) or 'none'}"
-        )
-    print(
-        f"energy       kinetic {rep['kinetic_energy']:.6g} J, potential {rep['potential_energy']:.6g} J, "
-        f"total {rep['total_energy']:.6g} J"
-    )
-    print(f"accelerations largest |u_dot| = {rep['max_acceleration']:.3g}")
-    if "trial" in rep:
-        tr = rep["trial"]
-        text = f"{tr['steps']} RK4 steps of {tr['dt']:g} s: "
-        if tr["finite"]:
-            text += f"energy change {tr['energy_change']:.3g} J"
-            text += f", joint residual {tr['residual']:.3g}" if "residual" in tr else ""
-        else:
-            text += "FAILED"
-        print(f"trial        {text}")
-    for f in rep["failures"]:
-        print(f"FAILED: {f}")
-    print("all checks passed" if not rep["failures"] else f"{len(rep['failures'])} check(s) failed")

@@ -14,8 +14,13 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import jax
+import numpy as np
+
+from .. import __version__
 from .._integrators import RK4, AbstractIntegrator, ImplicitMidpoint, Projected, SemiImplicitEuler
 from .._io.load import Loaded
+from .._results import RESULTS
 from .._tree.implicit import ImplicitFast
 
 
@@ -324,3 +329,117 @@ def add_progress(p) -> None:
         help="show progress bars even when stderr is not a terminal",
     )
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+
+
+def run_meta(args, dt, n_steps: int, save_every: int, perturb, control, times, dtype) -> dict:
+    """The ``meta`` of ``rbjax simulate``'s run file, either formulation (the caller adds what
+    is its own: "coordinates", "formulation"). ``times``: the wall time of each segment, the
+    first one including the compilation: compile_s is what the first segment took beyond the
+    median of the others (None with one segment), run_s the rest."""
+    compile_s = max(times[0] - float(np.median(times[1:])), 0.0) if len(times) > 1 else None
+    run_s = float(np.sum(times[1:]) + (times[0] - (compile_s or 0.0)))
+    return {
+        "model": args.model,
+        "dt": dt,
+        "n_steps": n_steps,
+        "save_every": save_every,
+        "integrator": args.integrator,
+        "batch": args.batch,
+        "perturb": perturb,
+        "seed": args.seed if args.batch else None,
+        "ctrl": None if control is None else control.tolist(),
+        "compile_s": compile_s,
+        "run_s": run_s,
+        "rbjax": __version__,
+        "jax": jax.__version__,
+        "device": str(jax.devices()[0].device_kind),
+        "dtype": str(dtype),
+    }
+
+
+def print_run(args, header: str, arrays: dict, meta: dict, result, failed, fix: str) -> int:
+    """``rbjax simulate``'s report, either formulation: ``header`` (the model and the run),
+    the compile/run split of :func:`run_meta`, the energy change (and the joint residual
+    where the run file has one), the files written, and the first failure with ``fix``.
+    Returns the exit code (1 if a system failed)."""
+    n_sys = 1 if args.batch is None else args.batch
+    steps = meta["n_steps"] * n_sys
+    print(header)
+    compile_txt = "n/a (one segment)" if meta["compile_s"] is None else f"{meta['compile_s']:.2f} s"
+    rate = steps / max(meta["run_s"], 1e-12)
+    print(f"compile {compile_txt}; run {meta['run_s']:.2f} s ({rate:.3g} steps/s)")
+    energy = arrays["total_energy"]
+    drift = np.nanmax(np.abs(energy - energy[..., :1]))
+    line = f"energy change max |E(t) - E(0)| = {drift:.3g} J"
+    if "position_residual" in arrays:
+        line += f"; joint residual max |Phi| = {np.nanmax(arrays['position_residual']):.3g}"
+    print(line)
+    print(f"wrote {args.out}" + (f" and {args.csv}" if args.csv else ""))
+    bad = np.flatnonzero(np.asarray(result).reshape(-1) != 0)
+    if not bad.size:
+        return 0
+    flat_f = np.asarray(failed).reshape(-1)
+    flat_r = np.asarray(result).reshape(-1)
+    first = int(bad[0])
+    which = "" if args.batch is None else f"sample {first} "
+    print(
+        f"FAILED: {bad.size} of {n_sys} system(s); {which}at step {int(flat_f[first])}: "
+        f"{RESULTS(int(flat_r[first])).message}. Fix: {fix}.",
+    )
+    return 1
+
+
+def print_check(rep: dict) -> None:
+    """The human-readable lines of ``rbjax check``'s report, either formulation (joint
+    coordinates: rbjax/_cli/joint.py ``check_report``, whose report has ``equalities``;
+    maximal: rbjax/_cli/check.py ``report``)."""
+    joint = "equalities" in rep
+    joints = ", ".join(f"{n} {k}" for k, n in rep["joints"].items()) or "none"
+    print(f"model        {rep['model']}")
+    merged = "; ".join(f"{b} into {into}" for b, into in rep.get("merged", {}).items())
+    merged = f"; welded bodies merged: {merged}" if merged else ""
+    print(f"bodies       {len(rep['bodies'])} ({rep['total_mass']:.6g} kg in all{merged})")
+    why = f" ({rep['coordinates_choice']}; --coordinates maximal for the other)" if joint else ""
+    print(f"joints       {joints}; formulation {rep['formulation']}{why}")
+    c = rep.get("coordinates") or {}
+    if joint:
+        print(f"mobility     {rep['dof']} degrees of freedom (nq = {c['nq']}, nv = {c['nv']})")
+        print(f"equalities   {', '.join(rep['equalities']) or 'none'}")
+        if rep["not_simulated"]:
+            print("not simulated " + " ".join(rep["not_simulated"].split("\n")[1:]).strip())
+    elif "rank" in rep:
+        print(
+            f"mobility     {rep['dof']} degrees of freedom (rank {rep['rank']} of "
+            f"{rep['rows']} joint equations)"
+        )
+        print(f"redundant    {', '.join(rep['redundant']) or 'none'}")
+        worst_p = max(v["position"] for v in rep["residual"].values())
+        worst_v = max(v["velocity"] for v in rep["residual"].values())
+        print(f"assembly     largest residual |Phi| = {worst_p:.3g}, |W u + Phi_t| = {worst_v:.3g}")
+    else:
+        print(f"mobility     {rep['dof']} degrees of freedom (free bodies)")
+    if c and not joint:
+        kind = "MuJoCo qpos/qvel" if c["kind"] == "mujoco" else "rbjax.JointSpace"
+        print(
+            f"coordinates  nq = {c['nq']}, nv = {c['nv']} ({kind}); constraints outside the "
+            f"joint tree: {', '.join(c['loops']) or 'none'}"
+        )
+    print(
+        f"energy       kinetic {rep['kinetic_energy']:.6g} J, potential "
+        f"{rep['potential_energy']:.6g} J, total {rep['total_energy']:.6g} J"
+    )
+    print(f"accelerations largest |{'qacc' if joint else 'u_dot'}| = {rep['max_acceleration']:.3g}")
+    if "trial" in rep:
+        tr = rep["trial"]
+        text = f"{tr['steps']} RK4 steps of {tr['dt']:g} s: "
+        if tr["finite"]:
+            text += f"energy change {tr['energy_change']:.3g} J"
+            text += f", joint residual {tr['residual']:.3g}" if "residual" in tr else ""
+            if "quaternion_drift" in tr:
+                text += f", quaternion length drift {tr['quaternion_drift']:.3g}"
+        else:
+            text += "FAILED"
+        print(f"trial        {text}")
+    for f in rep["failures"]:
+        print(f"FAILED: {f}")
+    print("all checks passed" if not rep["failures"] else f"{len(rep['failures'])} check(s) failed")

@@ -13,6 +13,11 @@ by ``--seed``) act on those coordinates:
   rollout is then mapped over the sampled models (a JointModel's parameters are one
   system's).
 
+A model with equalities (connects, welds, joint couplings) has every perturbed sample put
+back onto them by :func:`rbjax.assemble` (the closest closed state in the kinetic-energy
+metric of the file's masses), as the maximal path does for loops: rollout refuses a start
+that opens them.
+
 The run file holds qpos/qvel, the bodies' world poses (MuJoCo's ``xpos``/``xquat``) and
 centres of mass (``xipos``), the energies (rbjax/_tree/energy.py) and momenta
 (rbjax/_tree/bodies.py) at every saved time; its ``meta`` says ``"formulation": "joint"``.
@@ -27,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import __version__
+from .._analysis.assembly import assemble
 from .._results import RESULTS
 from .._rollout import _available_memory, rollout
 from .._tree.bodies import body_com, body_poses, momenta
@@ -35,7 +40,7 @@ from .._tree.energy import kinetic, potential
 from .._tree.implicit import integrate_positions
 from .._tree.model import JointModel, JointState
 from . import runfile
-from .common import ALL_INTEGRATORS, CliError, show_progress, writing
+from .common import ALL_INTEGRATORS, CliError, print_run, run_meta, show_progress, writing
 
 PEAK = 8.0  # peak memory / the run file's arrays, as for maximal coordinates (simulate.py)
 
@@ -80,6 +85,8 @@ def perturbed(model: JointModel, state: JointState, n: int, seed: int, perturb: 
         jnp.asarray(1.0, dtype),
     ).T
     states = JointState(jnp.broadcast_to(state.t, (n,)), qpos, state.qvel + d_vel)
+    if model.equalities:  # every sample back onto its equalities, as maximal loops are
+        states = assemble(model, states)
     record |= {f"perturb_{k}": d for k, d in (("qpos", d_pos), ("qvel", d_vel)) if k in perturb}
     params = None
     if "mass" in perturb:
@@ -261,24 +268,8 @@ def simulate(args, loaded, perturb: dict, dt, n_steps, save_every, n_seg, contro
     arrays |= {k: np.asarray(v) for k, v in record.items()}
     if args.batch is not None:  # every sample has the same times
         arrays["t"] = arrays["t"][0]
-    compile_s = max(times[0] - float(np.median(times[1:])), 0.0) if len(times) > 1 else None
-    run_s = float(np.sum(times[1:]) + (times[0] - (compile_s or 0.0)))
-    meta = {
-        "model": args.model,
-        "dt": dt,
-        "n_steps": n_steps,
-        "save_every": save_every,
-        "integrator": args.integrator,
-        "batch": args.batch,
-        "perturb": perturb,
-        "seed": args.seed if args.batch else None,
-        "ctrl": None if control is None else control.tolist(),
-        "compile_s": compile_s,
-        "run_s": run_s,
-        "rbjax": __version__,
-        "jax": jax.__version__,
-        "device": str(jax.devices()[0].device_kind),
-        "dtype": str(arrays["qpos"].dtype),
+    meta = run_meta(args, dt, n_steps, save_every, perturb, control, times, arrays["qpos"].dtype)
+    meta |= {
         "formulation": "joint",  # the state is qpos/qvel; no maximal q, u
         "coordinates": "mujoco",  # qpos/qvel are MuJoCo's data.qpos/data.qvel
     }
@@ -292,32 +283,13 @@ def simulate(args, loaded, perturb: dict, dt, n_steps, save_every, n_seg, contro
 
 def report(args, model, loaded, arrays, meta, result, failed) -> int:
     n_sys = 1 if args.batch is None else args.batch
-    steps = meta["n_steps"] * n_sys
-    print(
+    header = (
         f"{args.model}: {model.nb} bodies, {len(model.joint_names)} joints, nq = {model.nq}, "
         f"nv = {model.nv}, joint coordinates ({loaded.why}); {n_sys} system(s) x "
         f"{meta['n_steps']} steps of {meta['dt']:g} s ({args.integrator})"
     )
-    compile_txt = "n/a (one segment)" if meta["compile_s"] is None else f"{meta['compile_s']:.2f} s"
-    rate = steps / max(meta["run_s"], 1e-12)
-    print(f"compile {compile_txt}; run {meta['run_s']:.2f} s ({rate:.3g} steps/s)")
-    energy = arrays["total_energy"]
-    drift = np.nanmax(np.abs(energy - energy[..., :1]))
-    print(f"energy change max |E(t) - E(0)| = {drift:.3g} J")
-    print(f"wrote {args.out}" + (f" and {args.csv}" if args.csv else ""))
-    bad = np.flatnonzero(np.asarray(result).reshape(-1) != 0)
-    if bad.size:
-        flat_f = np.asarray(failed).reshape(-1)
-        flat_r = np.asarray(result).reshape(-1)
-        first = int(bad[0])
-        which = "" if args.batch is None else f"sample {first} "
-        print(
-            f"FAILED: {bad.size} of {n_sys} system(s); {which}at step {int(flat_f[first])}: "
-            f"{RESULTS(int(flat_r[first])).message}. Fix: a smaller --dt or --integrator "
-            "implicitfast.",
-        )
-        return 1
-    return 0
+    fix = "a smaller --dt or --integrator implicitfast"
+    return print_run(args, header, arrays, meta, result, failed, fix)
 
 
 def check_report(loaded, dt: float, steps: int) -> dict:
@@ -373,37 +345,3 @@ def check_report(loaded, dt: float, steps: int) -> dict:
         out["trial"] = trial
     out["failures"] = failures
     return out
-
-
-def print_check(rep: dict) -> None:
-    """The human-readable lines of :func:`check_report`."""
-    joints = ", ".join(f"{n} {k}" for k, n in rep["joints"].items()) or "none"
-    print(f"model        {rep['model']}")
-    print(f"bodies       {len(rep['bodies'])} ({rep['total_mass']:.6g} kg in all)")
-    print(
-        f"joints       {joints}; formulation JointCoordinates ({rep['coordinates_choice']}; "
-        "--coordinates maximal for the other)"
-    )
-    c = rep["coordinates"]
-    print(f"mobility     {rep['dof']} degrees of freedom (nq = {c['nq']}, nv = {c['nv']})")
-    print(f"equalities   {', '.join(rep['equalities']) or 'none'}")
-    if rep["not_simulated"]:
-        print("not simulated " + " ".join(rep["not_simulated"].split("\n")[1:]).strip())
-    print(
-        f"energy       kinetic {rep['kinetic_energy']:.6g} J, potential "
-        f"{rep['potential_energy']:.6g} J, total {rep['total_energy']:.6g} J"
-    )
-    print(f"accelerations largest |qacc| = {rep['max_acceleration']:.3g}")
-    if "trial" in rep:
-        tr = rep["trial"]
-        text = f"{tr['steps']} RK4 steps of {tr['dt']:g} s: "
-        if tr["finite"]:
-            text += f"energy change {tr['energy_change']:.3g} J"
-            if "quaternion_drift" in tr:
-                text += f", quaternion length drift {tr['quaternion_drift']:.3g}"
-        else:
-            text += "FAILED"
-        print(f"trial        {text}")
-    for f in rep["failures"]:
-        print(f"FAILED: {f}")
-    print("all checks passed" if not rep["failures"] else f"{len(rep['failures'])} check(s) failed")

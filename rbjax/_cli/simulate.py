@@ -36,10 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import __version__
 from .._analysis.assembly import assemble
 from .._analysis.checks import check_mechanism_state
-from .._results import RESULTS
 from .._rollout import Trajectory, _available_memory, rollout
 from . import joint, quantities, runfile
 from .arguments import duration, integer, large, numbers, real, seed
@@ -53,6 +51,8 @@ from .common import (
     key_values,
     load_model,
     output_path,
+    print_run,
+    run_meta,
     show_progress,
     writing,
 )
@@ -433,24 +433,8 @@ def run(args) -> int:
     arrays |= {k: np.asarray(v) for k, v in record.items()}
     if args.batch is not None:  # every sample has the same times
         arrays["t"] = arrays["t"][0]
-    compile_s = max(times[0] - float(np.median(times[1:])), 0.0) if len(times) > 1 else None
-    run_s = float(np.sum(times[1:]) + (times[0] - (compile_s or 0.0)))
-    meta = {
-        "model": args.model,
-        "dt": dt,
-        "n_steps": n_steps,
-        "save_every": save_every,
-        "integrator": args.integrator,
-        "batch": args.batch,
-        "perturb": perturb,
-        "seed": args.seed if args.batch else None,
-        "ctrl": None if control is None else control.tolist(),
-        "compile_s": compile_s,
-        "run_s": run_s,
-        "rbjax": __version__,
-        "jax": jax.__version__,
-        "device": str(jax.devices()[0].device_kind),
-        "dtype": str(arrays["q"].dtype),
+    meta = run_meta(args, dt, n_steps, save_every, perturb, control, times, arrays["q"].dtype)
+    meta |= {
         "coordinates": coords.kind,  # qpos/qvel: "mujoco" (the file's own) or "rbjax"
     }
     with writing(args.out):
@@ -481,32 +465,10 @@ def _derived(model, arrays, batched, coords):
 
 def _report(args, model, arrays, meta, result, failed) -> int:
     n_sys = 1 if args.batch is None else args.batch
-    steps = meta["n_steps"] * n_sys
-    print(
+    header = (
         f"{args.model}: {model.nb} bodies, {len(model.joints)} joints; {n_sys} system(s) x "
         f"{meta['n_steps']} steps of {meta['dt']:g} s ({args.integrator})"
     )
-    compile_txt = "n/a (one segment)" if meta["compile_s"] is None else f"{meta['compile_s']:.2f} s"
-    print(
-        f"compile {compile_txt}; run {meta['run_s']:.2f} s ({steps / max(meta['run_s'], 1e-12):.3g} steps/s)"
+    return print_run(
+        args, header, arrays, meta, result, failed, "a smaller --dt or another integrator"
     )
-    energy = arrays["total_energy"]
-    drift = np.nanmax(np.abs(energy - energy[..., :1]))
-    print(f"energy change max |E(t) - E(0)| = {drift:.3g} J", end="")
-    if "position_residual" in arrays:
-        print(f"; joint residual max |Phi| = {np.nanmax(arrays['position_residual']):.3g}")
-    else:
-        print()
-    print(f"wrote {args.out}" + (f" and {args.csv}" if args.csv else ""))
-    bad = np.flatnonzero(np.asarray(result).reshape(-1) != 0)
-    if bad.size:
-        flat_f = np.asarray(failed).reshape(-1)
-        flat_r = np.asarray(result).reshape(-1)
-        first = int(bad[0])
-        which = "" if args.batch is None else f"sample {first} "
-        print(
-            f"FAILED: {bad.size} of {n_sys} system(s); {which}at step {int(flat_f[first])}: "
-            f"{RESULTS(int(flat_r[first])).message}. Fix: a smaller --dt or another integrator.",
-        )
-        return 1
-    return 0
