@@ -27,6 +27,20 @@ non-finite gradient: stop and diagnose), result.py, identify.py.
   parameter pytree (references.py), fitted with the physical parameters. Everything is
   validated at build time (``ValueError`` naming the field, the value and the fix).
 
+Joint coordinates
+-----------------
+``build`` may return an :class:`rbjax.JointModel` and its :class:`rbjax.JointState` (e.g. from
+``rbjax.load(path, formulation=rbjax.JointCoordinates())``): the same API, every observation
+and sensor. Bodies and joints are named as in the file; an observation reads what it reads in
+maximal coordinates (a body's centre of mass and body axes, its centre-of-mass velocity, ω in
+body axes, the reaction on the joint's child about the joint point; an encoder the hinge's or
+slide's qpos − qpos0), so both formulations of a file give the same residuals at the same
+state (rbjax/_identify/joint.py; tests/test_joint_identify.py). The parameters are the
+JointModel's leaves (``mass``, ``damping``, ``inertia``, ...) and the initial (qpos, qvel).
+Integrators: the explicit Runge–Kutta methods, ``SemiImplicitEuler`` and ``ImplicitFast``.
+Not taken: a reaction in the maximal joint frame (``frame="joint"``), an encoder on a ball or
+free joint, multiple shooting with equalities (ValueError naming the fix).
+
 Statistical model and loss
 --------------------------
 Independent Gaussian noise: the negative log-likelihood is, up to a constant,
@@ -60,7 +74,11 @@ basis of the null space of the velocity Jacobian W̃ at the reference state (rig
 vectors), mapped onto the manifold by :func:`rbjax.assemble`, so the state is consistent and
 the 12 nb − 2d directions normal to the manifold (which no residual sees) are not unknowns
 (the double pendulum: 4 per segment instead of 24, ~5× fewer tangents in forward mode).
-Other mechanisms (with scalable bodies) assemble the free-body parameterisation. The
+Other mechanisms (with scalable bodies) assemble the free-body parameterisation. A JointModel
+(a tree, no redundant coordinates): nv position coordinates in the tangent space of its qpos
+(hinge and slide coordinates added, a ball's or free joint's quaternion turned by
+exp(δ/2) in the joint's frame) and nv velocities, its gaps the inverse map (rotation vector of
+the relative quaternion). The
 references: the states of a simulation of ``params0``, segment by segment (start s+1 = end
 of segment s), or ``Shooting.states0``, guesses at the sample times, e.g. estimated from the
 measurements (Bock's recommendation: on chaotic or poorly guessed problems a simulation of

@@ -30,6 +30,7 @@ from .._analysis.nonfinite import (
 )
 from .._gradient_guard import SAFE_WHERE, all_finite
 from .._state import State
+from .joint import dtype_of, is_joint
 from .problem import Problem, leaf_names, observe, simulate, unravel
 
 NONFINITE = ("raise", "result")  # the values of identify(nonfinite=...)
@@ -72,14 +73,17 @@ def diagnose(problem: Problem, template, flat: np.ndarray) -> NonfiniteGradient:
     model, init, qs, us, gq, gu, finite_obs = _sensitivities(problem, template, jnp.asarray(flat))
     gq, gu = np.asarray(gq), np.asarray(gu)
     n_seg, width = qs.shape[0], qs.shape[1]
-    dtype = init.q.dtype
+    dtype = dtype_of(init)
+    joint = is_joint(model)
+    components = _coordinates if joint else _components
     times = np.concatenate(
         [np.asarray(init.t)[:, None], np.asarray(problem.ts, dtype)], axis=1
     )  # (S, n + 1): the time of every simulated state
-    bad = ~(np.isfinite(gq).all(axis=(2, 3)) & np.isfinite(gu).all(axis=(2, 3)))  # (S, n + 1)
+    tail = tuple(range(2, gq.ndim))
+    bad = ~(np.isfinite(gq).all(axis=tail) & np.isfinite(gu).all(axis=tail))  # (S, n + 1)
     if bad.any():
         s, k = (int(i) for i in np.argwhere(bad)[0])
-        where = _components(model, "q", gq[s, k]) + _components(model, "u", gu[s, k])
+        where = components(model, "q", gq[s, k]) + components(model, "u", gu[s, k])
         culprit = "the continuity equations of the shooting segments"
         for i, ok in enumerate(np.asarray(finite_obs)):
             if not ok:
@@ -94,7 +98,7 @@ def diagnose(problem: Problem, template, flat: np.ndarray) -> NonfiniteGradient:
 
     hs = np.asarray(problem.hs, dtype)
     for s in range(n_seg if width > 1 else 0):
-        found = replay_steps(
+        found = (replay_joint_steps if joint else replay_steps)(
             model,
             problem.integrator,
             jnp.asarray(times[s, :-1]),
@@ -108,7 +112,7 @@ def diagnose(problem: Problem, template, flat: np.ndarray) -> NonfiniteGradient:
             continue
         k, where = found
         t_k = jnp.asarray(times[s, k], dtype)
-        forces = _bad_forces(model, t_k, State(t=t_k, q=qs[s, k], u=us[s, k]))
+        forces = () if joint else _bad_forces(model, t_k, State(t=t_k, q=qs[s, k], u=us[s, k]))
         what = (
             f"the backward pass of simulation step {k} (from t = {float(t_k):.6g} s)"
             f"{_segment(s, n_seg)}"
@@ -129,6 +133,68 @@ def diagnose(problem: Problem, template, flat: np.ndarray) -> NonfiniteGradient:
         "respect to the states are finite)"
     )
     return _make(-1, float(times[0, 0]), -1, where, (), what)
+
+
+def _coordinates(model, name, arr) -> list[str]:
+    """The non-finite entries of a JointModel's qpos (``name`` "q") or qvel ("u") cotangent,
+    named by joint: "qpos[3] (joint 'elbow')"."""
+    topo = model.topology
+    adr = topo.qposadr if name == "q" else topo.dofadr
+    label = "qpos" if name == "q" else "qvel"
+    out = []
+    for i in np.flatnonzero(~np.isfinite(np.asarray(arr)))[:6]:
+        j = int(np.searchsorted(np.asarray(adr), i, side="right")) - 1
+        out.append(f"{label}[{int(i)}] (joint {topo.joint_names[j]!r})")
+    return out
+
+
+def replay_joint_steps(model, integrator, t, q, u, h, gq, gu):
+    """:func:`rbjax._analysis.nonfinite.replay_steps` for a JointModel: q (n + 1, nq),
+    u (n + 1, nv) one system's states, the step the engine's (t (1,), q (nq, 1), u (nv, 1))."""
+    n = q.shape[0] - 1
+    if n == 0:
+        return None
+    ks, ok_in, ok_state, ok_model, bq, bu = _joint_backward(model, integrator, t, q, u, h, gq, gu)
+    ok_in, ok_state = np.asarray(ok_in), np.asarray(ok_state)
+    ok_all_model = np.all(np.stack([np.asarray(x) for x in jax.tree.leaves(ok_model)]), axis=0)
+    turned = ok_in & ~(ok_state & ok_all_model)
+    if not turned.any():
+        return None
+    i = int(np.flatnonzero(turned)[0])  # backward order: the latest step first
+    where = _coordinates(model, "q", bq[i]) + _coordinates(model, "u", bu[i])
+    dyn = eqx.filter(model, eqx.is_inexact_array)
+    finite = jax.tree.map(lambda x: bool(np.asarray(x)[i]), ok_model)
+    paths = jax.tree_util.tree_flatten_with_path(dyn)[0]
+    where += [
+        "model" + jax.tree_util.keystr(p)
+        for (p, _), ok in zip(paths, jax.tree.leaves(finite), strict=True)
+        if not ok
+    ]
+    return int(ks[i]), where
+
+
+@eqx.filter_jit
+def _joint_backward(model, integrator, t, q, u, h, gq, gu):
+    dyn, static = eqx.partition(model, eqx.is_inexact_array)
+
+    def one(d, t, q, u, h):
+        m = eqx.combine(d, static)
+        _, q1, u1, _ = integrator._engine_step(m, t[None], q[:, None], u[:, None], h)
+        return q1[:, 0], u1[:, 0]
+
+    def back(carry, k):
+        cq, cu = carry
+        _, pull = jax.vjp(lambda d, qq, uu: one(d, t[k], qq, uu, h[k]), dyn, q[k], u[k])
+        cd, bq, bu = pull((cq, cu))
+        ok_in = jnp.all(jnp.isfinite(cq)) & jnp.all(jnp.isfinite(cu))
+        ok_state = jnp.all(jnp.isfinite(bq)) & jnp.all(jnp.isfinite(bu))
+        ok_model = jax.tree.map(lambda x: jnp.all(jnp.isfinite(x)), cd)
+        return (bq + gq[k], bu + gu[k]), (ok_in, ok_state, ok_model, bq, bu)
+
+    n = q.shape[0] - 1
+    ks = jnp.arange(n - 1, -1, -1)
+    _, out = jax.lax.scan(back, (gq[n], gu[n]), ks)
+    return (ks, *out)
 
 
 def _segment(s: int, n_seg: int) -> str:

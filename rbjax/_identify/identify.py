@@ -21,6 +21,7 @@ from .._integrators import AbstractIntegrator
 from .._state import State
 from .covariance import covariance, eliminate_segments
 from .gradient_check import NONFINITE, NonfiniteIterate, gradient_finite, nonfinite_error
+from .joint import dtype_of, is_joint
 from .measurements import Measurements
 from .problem import (
     Problem,
@@ -141,7 +142,7 @@ def identify(
     template = (dyn0, seg0)
     flat0 = np.asarray(ravel_pytree(template)[0])
     if rtol_identifiable is None:  # the accuracy of an AD Jacobian in this dtype
-        rtol_identifiable = max(1e-10, 1e3 * float(jnp.finfo(state0.q.dtype).eps))
+        rtol_identifiable = max(1e-10, 1e3 * float(jnp.finfo(dtype_of(state0)).eps))
     p_phys = int(ravel_pytree(dyn0)[0].size)
     mode = choose_mode(autodiff, flat0.size)  # validates autodiff for every solver
     if solver.needs_jacobian:
@@ -166,7 +167,7 @@ def identify(
         float(tol),
         float(xtol),
         float(gtol),
-        rounding(problem, start.payload[0].size, state0.q.dtype),
+        rounding(problem, start.payload[0].size, dtype_of(state0)),
         _column_scale(start.payload[1], flat0.size),
     )
     objective = Objective(lambda flat: evaluate(flat, problem), problem, template)
@@ -273,13 +274,24 @@ def _host_objective(mode: str, template, calls: list[int]):
     return evaluate
 
 
-def _segment_unknowns(problem: Problem, model0, state0: State):
+def _segment_unknowns(problem: Problem, model0, state0):
     """The free segment start variables (zeros, initialised by :func:`_initial_segments`):
     free bodies relative to reference attitudes; mechanisms of rigid bodies d position and d
-    velocity coordinates in the tangent space of the joint manifold (d = DOF)."""
-    n_seg, nb, dtype = problem.n_seg, model0.nb, state0.q.dtype
+    velocity coordinates in the tangent space of the joint manifold (d = DOF); a JointModel
+    nv and nv tangent coordinates about reference joint states."""
+    n_seg, nb, dtype = problem.n_seg, model0.nb, dtype_of(state0)
     if n_seg == 1:
         return problem, {}
+    if is_joint(model0):  # nv position and nv velocity coordinates (rbjax/_identify/joint.py)
+        z = jnp.zeros((n_seg - 1, model0.nv), dtype)
+        refs = (
+            jnp.broadcast_to(state0.qpos, (n_seg - 1, model0.nq)).astype(dtype),
+            jnp.broadcast_to(state0.qvel, (n_seg - 1, model0.nv)).astype(dtype),
+        )
+        problem = eqx.tree_at(
+            lambda p: (p.ref_q, p.ref_u), problem, refs, is_leaf=lambda x: x is None
+        )
+        return problem, {"dq": z, "du": z}
     if model0.joints and not any(model0.scalable):
         dof = int(mobility(model0, state0).dof)  # 6 nb − rank W̃
         z = jnp.zeros((n_seg - 1, dof), dtype)
@@ -363,7 +375,7 @@ def _result(
         model_hat, _ = problem.build(params)
         seg_states = jax.tree.map(np.asarray, segment_states(problem, model_hat, seg))
         gap = [np.asarray(a) for a in segment_gaps(model_hat, aux, seg_states)]
-        gaps = np.asarray([float(np.max(np.abs(a))) for a in gap[:4]])
+        gaps = np.asarray([float(np.max(np.abs(a), initial=0.0)) for a in gap[:4]])
     return IdentificationResult(
         params=params,
         loss=float(run.last.f),

@@ -1,6 +1,10 @@
 """Observations: measured quantities at the sample times (body points, orientations, velocities,
 angular velocities, joint reactions, any differentiable function of the state), validated at
-build time, with their whitened residuals (h(x) − y)/σ."""
+build time, with their whitened residuals (h(x) − y)/σ.
+
+Every observation reads the same quantity from either formulation of a model: on a
+:class:`rbjax.JointModel` the bodies' centres of mass, attitudes and velocities come from its
+kinematics (rbjax/_identify/joint.py), joint reactions from rbjax/_tree/reactions.py."""
 
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ from .. import _quaternion as quat
 from .._errors import fail
 from .._reactions import reactions
 from .._state import State
+from .._tree.model import JointState
+from .joint import body_states, is_joint, reactions as joint_reactions
 from .references import Reference, as_reference, check_reference, resolve
 
 
@@ -131,7 +137,7 @@ class AbstractObservation(eqx.Module):
         """Residual components per sample."""
         return int(np.shape(self.sigma)[0])
 
-    def check(self, model, state0: State, params0, where: str) -> None:
+    def check(self, model, state0: State | JointState, params0, where: str) -> None:
         """Build-time validation against the model (names, indices, joints) and params0
         (the parameter references)."""
         for field, shape in self.references().items():
@@ -142,14 +148,14 @@ class AbstractObservation(eqx.Module):
         return {"delay": ()} if hasattr(self, "delay") else {}
 
     @abc.abstractmethod
-    def predict(self, model, states: State, params) -> Array:
+    def predict(self, model, states: State | JointState, params) -> Array:
         """Prediction (K, d) at the K states, for the parameters ``params``."""
 
     def compare(self, model, prediction: Array) -> Array:
         """Prediction − measurement (K, d), in the quantity's units."""
         return prediction - self.values
 
-    def error(self, model, states: State, params) -> Array:
+    def error(self, model, states: State | JointState, params) -> Array:
         """Prediction − measurement (K, d) at the K states."""
         return self.compare(model, self.predict(model, states, params))
 
@@ -157,14 +163,25 @@ class AbstractObservation(eqx.Module):
         """error/σ (K, d), 0 at masked samples."""
         return jnp.where(self.mask[:, None], error / self.sigma, 0.0)
 
-    def residual(self, model, states: State, params) -> Array:
+    def residual(self, model, states: State | JointState, params) -> Array:
         """Whitened residual (prediction − measurement)/σ (K, d), 0 at masked samples."""
         return self.whiten(self.error(model, states, params))
 
 
-def _body_state(model, states: State, key, where: str):
+def _body_state(model, states, key, where: str):
+    """(q (K, 7), u (K, 7), index) of one body at the K states: its centre of mass and
+    attitude, (v, ν, ω̄) (the maximal state; on a JointModel from its kinematics,
+    rbjax/_identify/joint.py, so both formulations of a file observe the same)."""
     b = _resolve(key, model.names, "body", where)
+    if is_joint(model):
+        q, u = body_states(model, states)
+        return q[:, b], u[:, b], b
     return states.q[:, b], states.u[:, b], b
+
+
+def scalable(model, b: int) -> bool:
+    """Whether body b is scalable (never in joint coordinates)."""
+    return not is_joint(model) and bool(model.scalable[b])
 
 
 class _AbstractBodyObservation(AbstractObservation):
@@ -296,7 +313,7 @@ class AngularVelocity(_AbstractBodyObservation):
     def predict(self, model, states, params):
         q, u, b = _body_state(model, states, self.body, "AngularVelocity.body")
         w = u[:, 4:7]
-        if model.scalable[b]:
+        if scalable(model, b):
             w = w / jnp.sum(q[:, 3:7] ** 2, axis=-1, keepdims=True)
         return w if self.frame == "body" else quat.rotate(q[:, 3:7], w)
 
@@ -377,6 +394,9 @@ class ReactionForce(AbstractObservation):
 
     def check(self, model, state0, params0, where):
         super().check(model, state0, params0, where)
+        if is_joint(model):
+            self._check_joint_model(model, where)
+            return
         if not model.joints:
             fail(
                 f"{where}.joint",
@@ -386,8 +406,33 @@ class ReactionForce(AbstractObservation):
             )
         _resolve(self.joint, model.joint_names, "joint", f"{where}.joint")
 
+    def _check_joint_model(self, model, where):
+        """On a JointModel: a joint of the tree, in world axes; the parent's side only where
+        its joint point is known (module docstring of rbjax/_identify/joint.py)."""
+        k = _resolve(self.joint, model.joint_names, "joint", f"{where}.joint")
+        kind = model.topology.joint_types[k]
+        if kind == "free":
+            fail(
+                f"{where}.joint",
+                self.joint,
+                "is a free joint, which carries no reaction",
+                "observe a hinge, slide or ball joint",
+            )
+        if self.frame == "joint":
+            fail(
+                f"{where}.frame",
+                self.frame,
+                "is the joint frame of a maximal-coordinate joint (rbjax.Revolute's x̄, ȳ, z̄), "
+                "which a JointModel's joint does not have",
+                "observe frame='world' (rotate the measured force with the body's attitude), "
+                "or load the file in maximal coordinates (rbjax.load(path))",
+            )
+
     def predict(self, model, states, params):
         k = _resolve(self.joint, model.joint_names, "joint", "ReactionForce.joint")
+        if is_joint(model):
+            out = _tree_reaction(model, states, k, self.side, self.torque)
+            return out + resolve(self.bias, params, 0.0, (3,), out.dtype)
         rx = reactions(model, states)
         name = ("torque" if self.torque else "force") + f"_{self.side}"
         name += "_joint" if self.frame == "joint" else ""
@@ -395,9 +440,38 @@ class ReactionForce(AbstractObservation):
         return out + resolve(self.bias, params, 0.0, (3,), out.dtype)
 
 
+def _tree_reaction(model, states, k: int, side: str, torque: bool):
+    """A JointModel joint's reaction (K, 3), world axes, as maximal coordinates report it:
+    on the child (side "j") the force F and the torque τ about the joint point of
+    rbjax/_tree/reactions.py; on the parent (side "i") −F and the torque about the joint's
+    point fixed in the parent, −τ − (P_j − P_i) × F, P_j − P_i = e (x − x₀) for a slide of
+    world axis e and displacement x − x₀ (hinge, ball: one point)."""
+    force, tau = joint_reactions(model, states)
+    f, tq = force[:, k], tau[:, k]
+    if side == "j":
+        return tq if torque else f
+    if not torque:
+        return -f
+    if model.topology.joint_types[k] != "slide":
+        return -tq
+    a = model.topology.qposadr[k]
+    x = states.qpos[:, a] - model.qpos0[a]
+    axis = _slide_axis_world(model, states, k)
+    return -tq - jnp.cross(axis * x[:, None], f)
+
+
+def _slide_axis_world(model, states, k: int):
+    """World unit axis (K, 3) of slide joint k (rbjax/_tree/kinematics.py ``Frames.axis``)."""
+    from .._tree.kinematics import frames
+
+    f = frames(model.topology, model, states.qpos.T)
+    return f.axis[:, model.topology.dofadr[k]].T
+
+
 class Custom(AbstractObservation):
-    """Any differentiable ``fn(model, state) -> (d,)`` of ONE state (``state.q`` (nb, 7)), or
-    ``fn(model, state, params) -> (d,)``, which also receives the full parameter pytree being
+    """Any differentiable ``fn(model, state) -> (d,)`` of ONE state (``state.q`` (nb, 7); on a
+    :class:`rbjax.JointModel` a :class:`rbjax.JointState`, ``state.qpos`` (nq,), ``state.qvel``
+    (nv,)), or ``fn(model, state, params) -> (d,)``, which also receives the full parameter pytree being
     fitted (a sensor's bias or scale factor is a parameter: ``params["bias"] + ...``).
     ``values`` (K, d), ``sigma`` scalar or (d,) in fn's units; ``delay`` [s] a reference.
     ``fn`` is static: pass a module-level function (or the same object each time) to reuse

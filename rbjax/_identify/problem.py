@@ -19,6 +19,9 @@ from .._engine.layout import to_components
 from .._errors import fail, validates_inputs
 from .._integrators import RK4, AbstractIntegrator
 from .._state import State
+from .._tree.model import JointState
+from .._tree.rollout import check_joint_state
+from .joint import arrays, check_integrator, dtype_of, is_joint, like
 from .measurements import Measurements
 from .observations import AbstractObservation
 from .references import resolve
@@ -53,13 +56,18 @@ def _params(problem: Problem, dyn):
     return eqx.combine(dyn, problem.fixed)
 
 
-def _integrate(problem: Problem, model, init: State):
-    """All segments in parallel: (S, n + 1, nb, 7) states (initial first) and the AND of the
-    integrator's success flags."""
+def _integrate(problem: Problem, model, init):
+    """All segments in parallel: (S, n + 1, nb, 7) states (initial first; a JointModel's
+    (S, n + 1, nq) and (S, n + 1, nv)) and the AND of the integrator's success flags."""
     integ = problem.integrator
+    joint = is_joint(model)
+    q_init, u_init = arrays(init)
 
     def one(t0, q0, u0, hs, ts):
-        t, q, u = to_components(State(t=t0, q=q0, u=u0))
+        if joint:  # the engine's joint arrays: (nq, 1), (nv, 1) (rbjax/_tree/rollout.py)
+            t, q, u = t0[None], q0[:, None], u0[:, None]
+        else:
+            t, q, u = to_components(State(t=t0, q=q0, u=u0))
 
         def step(carry, ht):
             t, q, u, ok = carry
@@ -71,13 +79,15 @@ def _integrate(problem: Problem, model, init: State):
         (_, _, _, ok), (qs, us) = jax.lax.scan(step, (t, q, u, ok0), (hs, ts))
         qs = jnp.concatenate([q[None], qs])
         us = jnp.concatenate([u[None], us])
+        if joint:
+            return qs[..., 0], us[..., 0], ok
         return jnp.moveaxis(qs, 1, -1), jnp.moveaxis(us, 1, -1), ok
 
     if problem.hs.shape[1] == 0:  # every sample at t0: nothing to integrate
-        return init.q[:, None], init.u[:, None], jnp.asarray(True)
-    hs = problem.hs.astype(init.q.dtype)
-    ts = problem.ts.astype(init.q.dtype)
-    qs, us, ok = jax.vmap(one)(init.t, init.q, init.u, hs, ts)
+        return q_init[:, None], u_init[:, None], jnp.asarray(True)
+    hs = problem.hs.astype(q_init.dtype)
+    ts = problem.ts.astype(q_init.dtype)
+    qs, us, ok = jax.vmap(one)(init.t, q_init, u_init, hs, ts)
     return qs, us, jnp.all(ok)
 
 
@@ -90,30 +100,32 @@ def residual_vector(problem: Problem, x):
 def simulate(problem: Problem, x):
     """The simulation part of :func:`residual_vector`: (params, model, init (the segment start
     states, State (S, nb, 7)), the segment starts 1..S−1 or None, every state of every segment
-    qs, us (S, n + 1, nb, 7), the integrator's success flag)."""
+    qs, us (S, n + 1, nb, 7), the integrator's success flag). On a JointModel the states are
+    JointStates and qs, us (S, n + 1, nq), (S, n + 1, nv)."""
     dyn, seg = x
     params = _params(problem, dyn)
     model, st0 = problem.build(params)
-    dtype = st0.q.dtype
+    dtype = dtype_of(st0)
     first = jax.tree.map(lambda a: jnp.asarray(a)[None], st0)
     if problem.n_seg > 1:
         rest = segment_states(problem, model, seg)
         init = jax.tree.map(lambda a, b: jnp.concatenate([a, b.astype(a.dtype)]), first, rest)
     else:
         rest, init = None, first
-    init = State(t=jnp.broadcast_to(init.t, init.q.shape[:1]).astype(dtype), q=init.q, u=init.u)
+    q_init, u_init = arrays(init)
+    init = like(st0, jnp.broadcast_to(init.t, q_init.shape[:1]).astype(dtype), q_init, u_init)
     qs, us, ok = _integrate(problem, model, init)
     return params, model, init, rest, qs, us, ok
 
 
-def observe(problem: Problem, params, model, init: State, rest, qs, us, ok):
+def observe(problem: Problem, params, model, init, rest, qs, us, ok):
     """The residuals of the simulated states (:func:`simulate`): (r, segment end states)."""
-    dtype = init.q.dtype
+    dtype = dtype_of(init)
     qf = qs.reshape((-1,) + qs.shape[2:])
     uf = us.reshape((-1,) + us.shape[2:])
     tf = jnp.concatenate([init.t[:, None], problem.ts.astype(dtype)], axis=1).reshape(-1)
-    samples = State(t=tf[problem.pick], q=qf[problem.pick], u=uf[problem.pick])
-    grid = State(t=tf, q=qf, u=uf)
+    samples = like(init, tf[problem.pick], qf[problem.pick], uf[problem.pick])
+    grid = like(init, tf, qf, uf)
     parts = []
     for o in problem.observations:
         delay = getattr(o, "delay", None)
@@ -125,7 +137,7 @@ def observe(problem: Problem, params, model, init: State, rest, qs, us, ok):
         parts.append(o.whiten(o.compare(model, pred)).reshape(-1))
     ends = None
     if rest is not None:
-        ends = State(t=tf[problem.ends], q=qf[problem.ends], u=uf[problem.ends])
+        ends = like(init, tf[problem.ends], qf[problem.ends], uf[problem.ends])
         parts += [problem.sqrt_w * g.reshape(-1) for g in segment_gaps(model, ends, rest)]
     r = jnp.concatenate(parts)
     r = jnp.where(ok, r, jnp.nan)  # a failed implicit step makes the loss non-finite
@@ -248,8 +260,25 @@ def _check_build_output(out, where: str):
     if not (isinstance(out, tuple) and len(out) == 2):
         fail(where, type(out).__name__, "is not a (model, state0) pair", "return (model, state0)")
     model, state0 = out
+    if is_joint(model):
+        one = isinstance(state0, JointState) and np.ndim(state0.qpos) == 1
+        if not (one and np.ndim(state0.t) == 0):
+            shape = np.shape(state0.qpos) if isinstance(state0, JointState) else None
+            fail(
+                f"{where}[1]",
+                type(state0).__name__ if shape is None else f"<qpos shape {shape}>",
+                "is not ONE rbjax.JointState (t scalar, qpos (nq,), qvel (nv,)) of the JointModel",
+                "return the JointModel's initial state of a single system (no batch axes), "
+                "e.g. rbjax.JointState(0.0, qpos, qvel)",
+            )
+        return model, state0
     if not hasattr(model, "formulation") or not hasattr(model, "names"):
-        fail(f"{where}[0]", type(model).__name__, "is not an rbjax.Model", "return an rbjax.Model")
+        fail(
+            f"{where}[0]",
+            type(model).__name__,
+            "is not an rbjax.Model or rbjax.JointModel",
+            "return an rbjax.Model (maximal coordinates) or an rbjax.JointModel",
+        )
     if not isinstance(state0, State) or np.ndim(state0.q) != 2 or np.ndim(state0.t) != 0:
         fail(
             f"{where}[1]",
@@ -289,8 +318,12 @@ def setup(build, params0, data, dt, integrator, free, shooting: Shooting | None,
             "pass None (single shooting) or shooting=rbjax.Shooting(segments=S)",
         )
     model0, state0 = _check_build_output(build(params0), f"{who}: build(params0)")
-    model0.check_state(state0)
-    check_mechanism_state(model0, state0)
+    if isinstance(state0, JointState):  # and so model0 a JointModel
+        check_integrator(integrator, who)
+        check_joint_state(model0, state0)
+    else:
+        model0.check_state(state0)
+        check_mechanism_state(model0, state0)
     t0 = float(state0.t)
     times = data.times
     if times[0] < t0:
@@ -311,11 +344,21 @@ def setup(build, params0, data, dt, integrator, free, shooting: Shooting | None,
             f"is more than the {k_total} samples",
             f"pass at most {k_total} segments (one or more samples per segment)",
         )
+    if n_seg > 1 and is_joint(model0) and model0.equalities:
+        fail(
+            "Shooting.segments",
+            n_seg,
+            "splits the motion of a JointModel with equalities, whose segment starts would "
+            "have to be assembled onto them at every evaluation (not implemented: "
+            "rbjax.assemble of a JointModel runs on the host)",
+            "use single shooting (shooting=None), or load the file in maximal coordinates "
+            "(rbjax.load(path)), whose segment starts are assembled",
+        )
     weight = 1.0 if shooting is None else shooting.continuity_weight
     spec = _free_spec(params0, free)
     dyn0, fixed = eqx.partition(params0, spec)
     dyn0 = jax.tree.map(jnp.asarray, dyn0)
-    dtype = state0.q.dtype
+    dtype = dtype_of(state0)
     starts, hs, ts, pick, ends, n_steps = segments(t0, times, float(dt), n_seg)
     as_dtype = lambda a: a.astype(dtype) if eqx.is_inexact_array(a) else a
     problem = Problem(

@@ -10,6 +10,7 @@ import numpy as np
 
 from .._analysis.nonfinite import NonfiniteGradient
 from .._state import State
+from .._tree.model import JointState
 from .quantities import Quantities, propagate
 
 
@@ -51,8 +52,9 @@ class IdentificationResult(eqx.Module):
     * ``unidentifiable``: one readable string per direction the data cannot determine.
     * ``reduced_chi2``: 2 L_data / (N − p), N the measured scalars (NaN if N ≤ p).
     * ``segment_states`` (multiple shooting): the fitted states at the starts of segments
-      1..S−1 (a batched State), and ``continuity_gaps``: the largest |gap| of position [m],
-      rotation [rad], velocity [m/s] and angular velocity [rad/s] at the estimate.
+      1..S−1 (a batched State, or JointState for a JointModel), and ``continuity_gaps``: the
+      largest |gap| of position [m], rotation [rad], velocity [m/s] and angular velocity
+      [rad/s] at the estimate (a JointModel's: of its linear and angular coordinates).
     * ``diagnosis``: with ``identify(..., nonfinite="result")``, where the gradient of the loss
       turned non-finite (a :class:`rbjax.NonfiniteGradient`; ``criterion`` is then
       "nonfinite gradient", ``params`` the offending parameters, the covariance NaN); None
@@ -69,7 +71,7 @@ class IdentificationResult(eqx.Module):
     covariance: np.ndarray
     std_errors: Any
     reduced_chi2: float
-    segment_states: State | None
+    segment_states: State | JointState | None
     continuity_gaps: np.ndarray | None
     names: tuple[str, ...] = eqx.field(static=True)
     unidentifiable: tuple[str, ...] = eqx.field(static=True)

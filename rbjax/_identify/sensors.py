@@ -23,6 +23,7 @@ from jaxtyping import Array
 from .. import _quaternion as quat
 from .._dynamics import accelerations
 from .._errors import fail
+from .joint import arrays, body_accelerations, dtype_of, encoder_rows, is_joint
 from .observations import (
     AbstractObservation,
     _AbstractBodyObservation,
@@ -33,6 +34,7 @@ from .observations import (
     _check_sigma,
     _check_values,
     _resolve,
+    scalable,
 )
 from .references import Reference, as_reference, resolve
 
@@ -57,7 +59,7 @@ def _reading(x, params, misalignment, scale, bias):
 def _body_rate(model, q, u, b):
     """Body-frame angular velocity (K, 3): ω of a rigid body, ω/|A|² of a scalable one."""
     w = u[:, 4:7]
-    if model.scalable[b]:
+    if scalable(model, b):
         w = w / jnp.sum(q[:, 3:7] ** 2, axis=-1, keepdims=True)
     return w
 
@@ -65,11 +67,16 @@ def _body_rate(model, q, u, b):
 def _specific_force(model, states, b, point):
     """Specific force [m/s²] at the body point ``point`` (body axes, from the centre of mass)
     in body axes: R(A)ᵀ (a_c − g) + α × p + ω × (ω × p), with a_c, α = ω̇ from
-    :func:`rbjax.accelerations` (the constrained dynamics of the whole model)."""
-    udot = jax.vmap(lambda s: accelerations(model, s)[0])(states)
-    q, u = states.q[:, b], states.u[:, b]
-    a_c = udot[:, b, 0:3]
-    alpha = udot[:, b, 4:7]
+    :func:`rbjax.accelerations` (the constrained dynamics of the whole model; on a JointModel
+    from q̈, rbjax/_identify/joint.py)."""
+    if is_joint(model):
+        q, u, _ = _body_state(model, states, b, "Accelerometer.body")
+        a_c, alpha = body_accelerations(model, states, b)
+    else:
+        udot = jax.vmap(lambda s: accelerations(model, s)[0])(states)
+        q, u = states.q[:, b], states.u[:, b]
+        a_c = udot[:, b, 0:3]
+        alpha = udot[:, b, 4:7]
     w = u[:, 4:7]
     g = jnp.broadcast_to(jnp.asarray(model.gravity, q.dtype), a_c.shape)
     lin = quat.rotate(quat.conjugate(q[:, 3:7]), a_c - g)
@@ -79,7 +86,7 @@ def _specific_force(model, states, b, point):
 
 def _check_rigid(model, key, where: str) -> None:
     b = _resolve(key, model.names, "body", f"{where}.body")
-    if model.scalable[b]:
+    if scalable(model, b):
         fail(
             f"{where}.body",
             key,
@@ -199,7 +206,7 @@ class Accelerometer(_AbstractBodyObservation):
 
     def predict(self, model, states, params):
         b = _resolve(self.body, model.names, "body", "Accelerometer.body")
-        p = resolve(self.point, params, 0.0, (3,), states.q.dtype)
+        p = resolve(self.point, params, 0.0, (3,), dtype_of(states))
         return _triad(self, _specific_force(model, states, b, p), params)
 
 
@@ -314,6 +321,18 @@ class JointEncoder(AbstractObservation):
 
     def check(self, model, state0, params0, where):
         super().check(model, state0, params0, where)
+        if is_joint(model):
+            k = _resolve(self.joint, model.joint_names, "joint", f"{where}.joint")
+            encoder_rows(model, k, f"{where}.joint", self.joint)
+            if self.dim != 1:
+                fail(
+                    f"{where}.values",
+                    f"<{self.dim} columns>",
+                    f"do not match the 1 coordinate of the {model.topology.joint_types[k]} "
+                    f"joint {model.joint_names[k]!r}",
+                    "pass (K, 1) values",
+                )
+            return
         if not model.joints:
             fail(f"{where}.joint", self.joint, "but the model has no joints", "add the joint")
         k, js, angular, kind = self._coordinate(model)
@@ -336,15 +355,27 @@ class JointEncoder(AbstractObservation):
                 f"pass (K, {len(angular)}) values",
             )
 
+    def _tree_coordinate(self, model):
+        """(qpos row, angular) of the JointModel's hinge or slide joint."""
+        k = _resolve(self.joint, model.joint_names, "joint", "JointEncoder.joint")
+        return encoder_rows(model, k, "JointEncoder.joint", self.joint)
+
     def predict(self, model, states, params):
+        if is_joint(model):  # JointSpace's coordinate: the displacement from qpos0
+            a, _ = self._tree_coordinate(model)
+            coords = (arrays(states)[0][:, a] - model.qpos0[a])[:, None]
+            return coords + resolve(self.offset, params, 0.0, (self.dim,), coords.dtype)
         k, js, _, _ = self._coordinate(model)
         frames = js._frames()
-        coords = jax.vmap(lambda q: js._joint_coordinates(k, q, frames))(states.q)
+        coords = jax.vmap(lambda q: js._joint_coordinates(k, q, frames))(arrays(states)[0])
         return coords + resolve(self.offset, params, 0.0, (self.dim,), coords.dtype)
 
     def compare(self, model, prediction):
         """Prediction − measurement, angles wrapped to (−π, π]."""
-        _, _, angular, _ = self._coordinate(model)
+        if is_joint(model):
+            angular = (self._tree_coordinate(model)[1],)
+        else:
+            angular = self._coordinate(model)[2]
         d = prediction - self.values.astype(prediction.dtype)
         wrapped = jnp.arctan2(jnp.sin(d), jnp.cos(d))
         return jnp.where(jnp.asarray(angular), wrapped, d)

@@ -15,6 +15,8 @@ from .._analysis.assembly import assemble
 from .._analysis.mobility import jacobian_matrix
 from .._errors import fail, validates_inputs
 from .._state import State
+from .._tree.model import JointState
+from .joint import arrays, is_joint, like, retract, segment_gaps as joint_gaps
 from .measurements import Measurements
 from .observations import rotvec_between
 
@@ -35,7 +37,8 @@ class Shooting(eqx.Module):
       misfit, so at the optimum the gaps are far below typical measurement noise while the
       problem stays well conditioned.
     * ``states0``: guesses of the state at EVERY sample time (an ``rbjax.State`` with q and u of
-      shape (K, nb, 7); t is ignored), e.g. estimated from the measurements; each segment starts
+      shape (K, nb, 7); a JointModel's an ``rbjax.JointState``, qpos (K, nq) and qvel (K, nv);
+      t is ignored), e.g. estimated from the measurements; each segment starts
       from the guess at its first sample (mechanisms after :func:`rbjax.assemble`). Default: a
       simulation of ``params0``, segment by segment. On chaotic or poorly guessed problems,
       guesses from the data keep every segment near it (Bock's recommendation).
@@ -43,7 +46,7 @@ class Shooting(eqx.Module):
 
     segments: int = eqx.field(static=True)
     continuity_weight: float = eqx.field(static=True, default=1e6)
-    states0: State | None = None
+    states0: State | JointState | None = None
 
     def __check_init__(self):
         k = self.segments
@@ -62,12 +65,13 @@ class Shooting(eqx.Module):
                 "is not a positive finite number",
                 "pass w = 1/σ_c² (default 1e6: gaps of 1e-3 SI units cost one σ)",
             )
-        if self.states0 is not None and not isinstance(self.states0, State):
+        if self.states0 is not None and not isinstance(self.states0, (State, JointState)):
             fail(
                 "Shooting.states0",
                 type(self.states0).__name__,
-                "is not an rbjax.State",
-                "pass rbjax.State(t=times, q=(K, nb, 7), u=(K, nb, 7)) or None",
+                "is not an rbjax.State or rbjax.JointState",
+                "pass rbjax.State(t=times, q=(K, nb, 7), u=(K, nb, 7)) (a JointModel: "
+                "rbjax.JointState(times, qpos (K, nq), qvel (K, nv))) or None",
             )
 
 
@@ -124,8 +128,12 @@ def segments(t0: float, times: np.ndarray, dt: float, n_seg: int):
     )
 
 
-def segment_states(problem: Problem, model, seg) -> State:
+def segment_states(problem: Problem, model, seg):
     """Valid states from the free segment variables (see the module docstring)."""
+    if is_joint(model):  # nv + nv tangent coordinates (rbjax/_identify/joint.py)
+        assert problem.ref_q is not None and problem.ref_u is not None
+        qpos, qvel = retract(model, problem.ref_q, problem.ref_u, seg["dq"], seg["du"])
+        return JointState(problem.t_start[1:].astype(qpos.dtype), qpos, qvel)
     if problem.basis is not None:  # mechanism: d position and d velocity coordinates
         assert problem.ref_q is not None and problem.ref_u is not None
         nb = problem.ref_q.shape[-2]
@@ -156,9 +164,12 @@ def segment_states(problem: Problem, model, seg) -> State:
     return assemble(model, st) if model.joints else st
 
 
-def segment_gaps(model, end: State, start: State):
+def segment_gaps(model, end, start):
     """Continuity gaps end − start: position, rotation vector, velocity, angular velocity, and
-    for scalable bodies ½ log|A|² and ν."""
+    for scalable bodies ½ log|A|² and ν (a JointModel's in its tangent space, grouped the
+    same way: rbjax/_identify/joint.py)."""
+    if is_joint(model):
+        return joint_gaps(model, end, start)
     out = [
         end.q[..., 0:3] - start.q[..., 0:3],
         rotvec_between(start.q[..., 3:7], end.q[..., 3:7]),
@@ -194,17 +205,22 @@ def check_segment_guesses(guesses, data: Measurements, model, n_seg: int):
             "is given but Shooting.segments = 1 (single shooting has no segment states)",
             "pass Shooting(segments=S) with S ≥ 2, or drop states0",
         )
-    shape = (k, model.nb, 7)
-    q_shape = np.shape(guesses.q) if isinstance(guesses, State) else None
-    if not isinstance(guesses, State) or q_shape != shape:
+    if is_joint(model):
+        kind, shapes = JointState, ((k, model.nq), (k, model.nv))
+        want = f"an rbjax.JointState with qpos {shapes[0]} and qvel {shapes[1]}"
+    else:
+        kind, shapes = State, ((k, model.nb, 7), (k, model.nb, 7))
+        want = f"an rbjax.State with q and u of shape {shapes[0]}"
+    got = tuple(np.shape(a) for a in arrays(guesses)) if isinstance(guesses, kind) else None
+    if got != shapes:
         fail(
             "Shooting.states0",
-            f"<{type(guesses).__name__} q shape {q_shape}>",
-            f"is not an rbjax.State with q and u of shape {shape} (one state per sample time)",
+            f"<{type(guesses).__name__} shapes {got}>",
+            f"is not {want} (one state per sample time)",
             "pass guesses of the state at every sample time, e.g. estimated from the "
             "measurements; the segment starts take theirs",
         )
-    q, u = np.asarray(guesses.q, np.float64), np.asarray(guesses.u, np.float64)
+    q, u = (np.asarray(a, np.float64) for a in arrays(guesses))
     rows = np.asarray([c[0] for c in np.array_split(np.arange(k), n_seg)[1:]])
     q, u = q[rows], u[rows]
     if not (np.all(np.isfinite(q)) and np.all(np.isfinite(u))):
@@ -214,17 +230,29 @@ def check_segment_guesses(guesses, data: Measurements, model, n_seg: int):
             "is not finite at the first sample of a segment",
             "give finite guesses at least at the segment starts",
         )
-    return State(t=jnp.asarray(data.times[rows]), q=jnp.asarray(q), u=jnp.asarray(u))
+    return like(guesses, jnp.asarray(data.times[rows]), jnp.asarray(q), jnp.asarray(u))
 
 
-def set_segment_starts(problem: Problem, seg: dict, model, idx: np.ndarray, states: State):
+def set_segment_starts(problem: Problem, seg: dict, model, idx: np.ndarray, states):
     """Initialise the start variables of segments ``idx`` (0 = the start of segment 1) to
     ``states`` (concrete, leading axis len(idx)). Mechanisms of rigid bodies: the states are
     assembled (rbjax.assemble, with the model of params0) and become the references, with
     the tangent basis there and zero coordinates. Otherwise: position, velocities and the
     attitude as the reference (normalised; log-scale and ν for scalable bodies)."""
     seg = dict(seg)
-    q, u = np.asarray(states.q, np.float64), np.asarray(states.u, np.float64)
+    q, u = (np.asarray(a, np.float64) for a in arrays(states))
+    if is_joint(model):  # the references: the states, quaternions normalised
+        assert problem.ref_q is not None and problem.ref_u is not None
+        dtype = problem.ref_q.dtype
+        st = assemble(model, JointState(jnp.zeros(len(idx), dtype), q, u))
+        new = (
+            problem.ref_q.at[idx].set(jnp.asarray(st.qpos, dtype)),
+            problem.ref_u.at[idx].set(jnp.asarray(st.qvel, dtype)),
+        )
+        problem = eqx.tree_at(lambda p: (p.ref_q, p.ref_u), problem, new)
+        seg["dq"] = seg["dq"].at[idx].set(0.0)
+        seg["du"] = seg["du"].at[idx].set(0.0)
+        return problem, seg
     if problem.basis is not None:
         assert problem.ref_q is not None and problem.ref_u is not None
         dtype = problem.ref_q.dtype
