@@ -33,7 +33,9 @@ How each tool is driven:
   masses, damping and moments are ``rbjax.Positive``. Observations ``rbjax.JointEncoder``
   (``offset`` and ``delay`` are keys of the parameters) and ``rbjax.Gyro`` (``bias``).
   ``rbjax.identify`` with its defaults (Levenberg–Marquardt, forward-mode Jacobian, RK4),
-  ``max_steps=100``.
+  ``max_steps=100``. The ``rbjax joint`` rows (``--coordinates``, default both) fit the same
+  problem in joint coordinates: ``rbjax.load(..., formulation=rbjax.JointCoordinates())``,
+  build() setting the JointModel's ``mass``, ``damping`` (per DOF) or ``inertia``.
 * sysid: ``Parameter`` objects whose modifiers write the MjSpec (``body.mass``,
   ``joint.damping[0]``, ``body.inertia``), ``ModelSequences`` with the measured sensor
   ``TimeSeries`` and the initial state from ``create_initial_state``, and a
@@ -274,18 +276,30 @@ def measure(prob: Problem, t_end: float, seed: int):
 # rbjax
 
 
-def rbjax_problem(prob: Problem, times, y):
-    """(build, params0, data, to_physical) for rbjax: the MJCF loaded by rbjax.load, build()
-    setting the unknown leaves with equinox.tree_at; to_physical maps fit.quantities() to
-    the problem's unknowns (name -> (value, std))."""
+def rbjax_problem(prob: Problem, times, y, joint: bool = False):
+    """(build, params0, data, to_physical) for rbjax: the MJCF loaded by rbjax.load (``joint``:
+    in joint coordinates, a JointModel), build() setting the unknown leaves with
+    equinox.tree_at; to_physical maps fit.quantities() to the problem's unknowns (name ->
+    (value, std))."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, f"{prob.name}.xml")
         with open(path, "w") as fh:
             fh.write(prob.xml)
         with warnings.catch_warnings():  # "sensors [...] are NOT simulated": we observe them
             warnings.filterwarnings("ignore", message=".*no rbjax counterpart.*")
-            loaded = rbjax.load(path, qpos=list(prob.qpos), qvel=list(prob.qvel))
+            formulation = rbjax.JointCoordinates() if joint else None
+            loaded = rbjax.load(
+                path, qpos=list(prob.qpos), qvel=list(prob.qvel), formulation=formulation
+            )
     base, state0 = loaded.model, loaded.state
+    # the damping of the first hinge: a JointModel's damping (nv,) or maximal coordinates'
+    # RotationalSpringDamper (the first force element)
+    if joint:
+        damped = lambda m: m.damping  # noqa: E731
+        damping = lambda m, d: m.damping.at[0].set(d)  # noqa: E731
+    else:
+        damped = lambda m: m.forces[0].damping  # noqa: E731
+        damping = lambda m, d: d  # noqa: E731
     guess = {k: v[1] for k, v in prob.unknowns.items()}
     positive = lambda x: rbjax.Positive.from_value(float(x))
     sigma = prob.sigma
@@ -295,9 +309,9 @@ def rbjax_problem(prob: Problem, times, y):
 
         def build(p):
             model = eqx.tree_at(
-                lambda m: (m.mass, m.forces[0].damping),
+                lambda m: (m.mass, damped(m)),
                 base,
-                (jnp.reshape(p["mass"].value, (1,)), p["damping"].value),
+                (jnp.reshape(p["mass"].value, (1,)), damping(base, p["damping"].value)),
             )
             return model, state0
 
@@ -316,7 +330,7 @@ def rbjax_problem(prob: Problem, times, y):
         def build(p):
             mass = jnp.stack([p["mass1"].value, p["mass2"].value])
             model = eqx.tree_at(
-                lambda m: (m.mass, m.forces[0].damping), base, (mass, p["damping1"].value)
+                lambda m: (m.mass, damped(m)), base, (mass, damping(base, p["damping1"].value))
             )
             return model, state0
 
@@ -364,9 +378,9 @@ class _Counted:
         return self.fn(*a)
 
 
-def run_rbjax(prob: Problem, times, y, dt: float, repeats: int) -> dict:
+def run_rbjax(prob: Problem, times, y, dt: float, repeats: int, joint: bool = False) -> dict:
     t0 = time.perf_counter()
-    build, params0, data, to_physical = rbjax_problem(prob, times, y)
+    build, params0, data, to_physical = rbjax_problem(prob, times, y, joint)
     load_s = time.perf_counter() - t0
     counted = _Counted(_identify.eval_forward)
 
@@ -569,7 +583,7 @@ def summarise(prob: Problem, tool: str, rec: dict, dt: float, t_end: float) -> d
         first_call_s=first,
         run_s=run,
         runs_s=rec["runs_s"],
-        compile_s=max(first - run, 0.0) if tool == "rbjax" else 0.0,
+        compile_s=max(first - run, 0.0) if tool.startswith("rbjax") else 0.0,
         setup_s=rec["setup_s"],
         setup_what=rec["setup_what"],
         converged=rec["converged"],
@@ -592,7 +606,9 @@ def table(records: list) -> str:
     """Two markdown tables: the estimates (per parameter) and the cost (per problem, tool)."""
     by = {(r["problem"], r["tool"]): r for r in records}
     problems = list(dict.fromkeys(r["problem"] for r in records))
-    tools = sorted(dict.fromkeys(r["tool"] for r in records), key=lambda t: t != "rbjax")
+    tools = sorted(
+        dict.fromkeys(r["tool"] for r in records), key=lambda t: not t.startswith("rbjax")
+    )
     head = "| problem | parameter | true | " + " | ".join(
         f"{t} estimate ± σ | {t} z" for t in tools
     )
@@ -621,7 +637,7 @@ def table(records: list) -> str:
             r = by.get((p, t))
             if r is None:
                 continue
-            comp = f"{r['compile_s']:.1f}" if t == "rbjax" else "none"
+            comp = f"{r['compile_s']:.1f}" if t.startswith("rbjax") else "none"
             first = f"{r['first_call_s']:.2f}"
             if r["setup_s"]:
                 first += f" (+{r['setup_s']:.2f} load)"
@@ -637,10 +653,11 @@ def verdicts(records: list) -> list[str]:
     and wall time, first call (rbjax: load and compilation included) and further calls."""
     out = []
     by = {(r["problem"], r["tool"]): r for r in records}
-    for p in dict.fromkeys(r["problem"] for r in records):
-        a = by.get((p, "rbjax"))
+    ours = [(p, t) for p, t in by if t.startswith("rbjax")]
+    for p, mine in ours:
+        a = by[(p, mine)]
         for (q, tool), b in by.items():
-            if q != p or tool == "rbjax" or a is None:
+            if q != p or tool.startswith("rbjax"):
                 continue
             za, zb = a["max_abs_z"], b["max_abs_z"]
             if za <= Z_OK and zb <= Z_OK:
@@ -655,7 +672,7 @@ def verdicts(records: list) -> list[str]:
             first = "faster" if a_first < b["first_call_s"] else "SLOWER"
             warm = "faster" if a["run_s"] < b["run_s"] else "SLOWER"
             out.append(
-                f"{p}, rbjax vs {tool}: {acc}, max |z| {za:.2f} vs {zb:.2f}; first call "
+                f"{p}, {mine} vs {tool}: {acc}, max |z| {za:.2f} vs {zb:.2f}; first call "
                 f"{first} ({a_first:.2f} s, of which {a['compile_s']:.1f} s compiling, vs "
                 f"{b['first_call_s']:.2f} s); further "
                 f"calls {warm} ({a['run_s']:.3f} s vs {b['run_s']:.3f} s)"
@@ -692,6 +709,12 @@ def main(argv=None):
     )
     ap.add_argument("--seconds", type=float, default=3.0, help="length of the data [s]")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--coordinates",
+        default="maximal,joint",
+        help="rbjax's formulations to run: maximal (rbjax.load's default), joint "
+        "(rbjax.JointCoordinates(): the 'rbjax joint' rows), or both",
+    )
     ap.add_argument("--quick", action="store_true", help="1.5 s of data, one further call")
     ap.add_argument("--json", default=None, help="write the records to this path")
     ap.add_argument("--table", default=None, help="print the tables of a --json file and exit")
@@ -726,10 +749,12 @@ def main(argv=None):
                 rec = run_sysid(prob, times, y, dt, args.repeats)
                 records.append(summarise(prob, label, rec, dt, args.seconds))
                 print(f"  {label}: first {rec['first_s']:.2f} s, {rec['steps']} steps", flush=True)
-        jax.clear_caches()  # no compiled code from the problems before: a cold first call
-        rec = run_rbjax(prob, times, y, args.dt, args.repeats)
-        records.append(summarise(prob, "rbjax", rec, args.dt, args.seconds))
-        print(f"  rbjax: first {rec['first_s']:.2f} s, {rec['steps']} steps", flush=True)
+        for coords in args.coordinates.split(","):
+            jax.clear_caches()  # no compiled code from the problems before: a cold first call
+            rec = run_rbjax(prob, times, y, args.dt, args.repeats, joint=coords == "joint")
+            label = "rbjax" if coords == "maximal" else "rbjax joint"
+            records.append(summarise(prob, label, rec, args.dt, args.seconds))
+            print(f"  {label}: first {rec['first_s']:.2f} s, {rec['steps']} steps", flush=True)
     info = versions()
     for r in records:
         r["versions"] = info
