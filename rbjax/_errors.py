@@ -67,6 +67,17 @@ def check_finite(field: str, x, fix: str):
         fail(field, x, "contains non-finite values (NaN or inf)", fix)
 
 
+def checked_array(field: str, x, shape: tuple[int, ...], fix: str):
+    """``x`` as an array of exactly ``shape`` and finite values (ValueError naming ``field``
+    otherwise): a NumPy or Python input becomes the default float dtype; a JAX array (also a
+    tracer) keeps its own."""
+    a = np.asarray(x, dtype=float) if not isinstance(x, jax.Array) else x
+    if tuple(a.shape) != tuple(shape):
+        fail(field, x, f"has shape {tuple(np.shape(x))}, expected {tuple(shape)}", fix)
+    check_finite(field, x, fix)
+    return jnp.asarray(a, dtype=jnp.result_type(float)) if isinstance(a, np.ndarray) else a
+
+
 class Rule(NamedTuple):
     """A sign, range or geometric condition on the physical parameters of an rbjax object,
     declared once in its class's ``_rules`` and checked in two places:

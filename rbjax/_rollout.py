@@ -391,24 +391,18 @@ def rollout(
     instead of returning a non-finite gradient: when the loss's derivative with respect to the
     trajectory is not finite, or when the rollout's backward pass turns it into a non-finite
     gradient with respect to ``state0`` or the model (rbjax/_gradient_guard.py;
-    :func:`rbjax.nonfinite_gradient` then names the step and the force). Not for forward mode.
+    :func:`rbjax.nonfinite_gradient` then names the step and the force). On a
+    :class:`rbjax.JointModel` the backward pass of every step is checked too, and the message
+    names the first step (in backward order) that turned a finite cotangent non-finite
+    (raised inside the compiled backward pass: JAX's runtime error carrying the message).
+    Not for forward mode.
+
+    ``multipliers``: also save the formulation's multipliers at every saved state,
+    ``Trajectory.lam``; for a :class:`rbjax.JointModel`, ``JointTrajectory.lam`` (*batch, T,
+    m): the equalities' multipliers (:meth:`rbjax.JointModel.equality_forces`, one column per
+    equality row; m = 0 for a tree without equalities).
     """
     if isinstance(model, JointModel):  # joint coordinates: rbjax/_tree/rollout.py
-        asked = [
-            name
-            for name, on in (
-                ("multipliers=True", multipliers),
-                ("check_gradients=True", check_gradients),
-            )
-            if on
-        ]
-        if asked:
-            raise ValueError(
-                f"rollout: {', '.join(asked)}: not available for a JointModel yet (joint "
-                "coordinates have no joint multipliers; the gradient guard runs on maximal "
-                "coordinates). Fix: leave them out, or load the model with "
-                "formulation=None for maximal coordinates."
-            )
         return _joint_rollout(
             model,
             state0,
@@ -421,6 +415,8 @@ def rollout(
             checkpoint,
             check_measures(measures),
             monitors,
+            multipliers,
+            check_gradients,
         )
     require_model(model)
     integrator = RK4() if integrator is None else integrator
@@ -544,6 +540,8 @@ def _joint_rollout(
     checkpoint,
     measures,
     monitors,
+    multipliers,
+    check_gradients,
 ):
     """:func:`rollout` of a :class:`JointModel` after the checks both formulations share."""
     from ._tree.rollout import rollout_tree
@@ -563,6 +561,8 @@ def _joint_rollout(
         checkpoint=interval,
         measures=measures,
         monitors=monitors,
+        multipliers=bool(multipliers),
+        check_gradients=bool(check_gradients),
     )
 
 

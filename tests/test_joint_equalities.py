@@ -65,16 +65,25 @@ def test_four_bar_moves_and_pulls_as_in_maximal_coordinates():
     assert [type(e).__name__ for e in jm.equalities] == ["Connect"]
     s0 = rbjax.JointState(0.0, q, v)
     steps, every = 2000, 500
-    joint = rbjax.rollout(jm, s0, 1e-3, steps, save_every=every)
-    traj = rbjax.rollout(maximal.model, maximal.state, 1e-3, steps, save_every=every)
+    joint = rbjax.rollout(jm, s0, 1e-3, steps, save_every=every, multipliers=True)
+    traj = rbjax.rollout(
+        maximal.model, maximal.state, 1e-3, steps, save_every=every, multipliers=True
+    )
     space = maximal.joint_space()
     qpos = np.asarray(eqx.filter_jit(jax.vmap(lambda s: space.positions(s)))(traj.states))
     wrapped = (qpos - np.asarray(joint.qpos) + np.pi) % (2 * np.pi) - np.pi
     assert_close(wrapped, 0.0, rtol=0.0, atol=1e-7, err_msg="joint angles")
 
     k = [j.name for j in maximal.model.joints].index("loop")
+    # the rollout's multipliers at every saved state: the connect's 3 rows, equal to the
+    # maximal rollout's multipliers of the same loop joint (as the force on the coupler)
+    assert joint.lam is not None and joint.lam.shape == (steps // every + 1, 3)
+    pulled = rbjax.reactions(maximal.model, traj.states, lam=traj.lam).force_i[:, k]
+    scale = np.abs(np.asarray(pulled)).max()
+    assert_close(joint.lam, pulled, rtol=0.0, atol=1e-6 * scale, err_msg="rollout multipliers")
     for i in (0, -1):
         lam = np.asarray(_forces(jm, joint.t[i], joint.qpos[i], joint.qvel[i])["loop"])
+        assert_close(joint.lam[i], lam, rtol=0.0, atol=1e-12 * scale)  # equality_forces'
         reaction = rbjax.reactions(maximal.model, jax.tree.map(lambda x, i=i: x[i], traj.states))
         assert_close(lam, reaction.force_i[k], rtol=0.0, atol=1e-6 * np.abs(lam).max())
         assert lam[1] == pytest.approx(0.0, abs=1e-9)  # the dependent y row: no force
@@ -333,16 +342,18 @@ def coupled(tmp_path_factory):
 
 def test_joint_coupling_follows_the_reduced_equation(coupled):
     """1 s of RK4 at 1 ms: q₂ within 1e-10 rad of scipy's reduced solution, q₁ = p(q₂), and
-    the multiplier equal to the torque the coupling must supply, I₁q̈₁ − τ₁ (closed form from
-    the reduced solution). ImplicitFast (first order) keeps the coupling too: within 1e-2 rad
-    of the same solution at the same step."""
+    the multiplier (rollout(..., multipliers=True)) at every saved state equal to the torque
+    the coupling must supply, I₁q̈₁ − τ₁ (closed form from the reduced solution).
+    ImplicitFast (first order) keeps the coupling too: within 1e-2 rad of the same solution
+    at the same step."""
     jm, s0 = coupled
-    traj = rbjax.rollout(jm, s0, 1e-3, 1000, save_every=100)
+    traj = rbjax.rollout(jm, s0, 1e-3, 1000, save_every=100, multipliers=True)
     x, xd, xdd = _reduced(np.asarray(traj.t), 0.2, 1.0)
     assert_close(traj.qpos[:, 1], x, rtol=0.0, atol=1e-10, err_msg="q2")
     p, dp, ddp = _poly(x)
     assert_close(traj.qpos[:, 0], p, rtol=0.0, atol=1e-10, err_msg="q1 = p(q2)")
-    lam = _forces(jm, traj.t, traj.qpos, traj.qvel)["gear"][:, 0]
+    assert traj.lam is not None and traj.lam.shape == (11, 1)  # the rollout's multipliers
+    lam = traj.lam[:, 0]
     expected = _I1 * (dp * xdd + ddp * xd * xd) + _T1 * np.sin(p)
     assert_close(lam, expected, rtol=0.0, atol=1e-8 * np.abs(expected).max(), err_msg="force")
 
@@ -415,5 +426,38 @@ def test_bad_equalities_are_refused_by_name(coupled):
         rbjax.JointModel(**tree, equalities=[rbjax.Spherical(0, 1)])
     with pytest.raises(ValueError, match=r"JointModel\.baumgarte.*negative.*Fix:"):
         rbjax.JointModel(**tree, baumgarte=(-1.0, 1.0))
-    with pytest.raises(ValueError, match=r"Weld\('w'\)\.frame1 has shape \(3,\).*Fix:"):
+    with pytest.raises(
+        ValueError, match=r"Weld\('w'\)\.frame1 = .* has shape \(3,\), expected \(3, 3\).*Fix:"
+    ):
         rbjax.Weld(0, 1, np.zeros(3), np.zeros(3), frame1=np.zeros(3), name="w")
+
+
+def test_non_finite_equality_parameters_are_refused_by_name():
+    """An anchor, frame or polynomial coefficient with NaN or inf is refused when the
+    equality is built, naming the field (as every JointModel array is)."""
+    nan = [np.nan, 0.0, 0.0]
+    with pytest.raises(ValueError, match=r"Connect\('c'\)\.anchor1.*non-finite.*Fix:"):
+        rbjax.Connect(0, 1, nan, np.zeros(3), name="c")
+    with pytest.raises(ValueError, match=r"Weld\('w'\)\.anchor2.*non-finite.*Fix:"):
+        rbjax.Weld(0, 1, np.zeros(3), jnp.asarray(nan), name="w")
+    with pytest.raises(ValueError, match=r"Weld\('w'\)\.frame2.*non-finite.*Fix:"):
+        rbjax.Weld(0, 1, np.zeros(3), np.zeros(3), frame2=np.diag([1.0, np.inf, 1.0]), name="w")
+    with pytest.raises(ValueError, match=r"JointCoupling\('j'\)\.polycoef.*non-finite.*Fix:"):
+        rbjax.JointCoupling(0, 1, [0.0, 1.0, np.nan, 0.0, 0.0], name="j")
+
+
+def test_an_open_start_is_refused_under_a_gradient_with_respect_to_a_mass(coupled):
+    """The open-equality check of rollout's initial state reads only the state and the
+    kinematics (body and joint frames, qpos0, the equalities): under jax.grad (and
+    jax.jit(jax.grad)) with respect to a mass, the traced mass does not switch it off, and
+    the open start is refused by name as it is without a trace."""
+    jm, s0 = coupled
+    off = rbjax.JointState(0.0, s0.qpos.at[0].add(1e-3), s0.qvel)
+
+    def loss(mass_a):
+        model = eqx.tree_at(lambda mm: mm.mass, jm, jm.mass.at[0].set(mass_a))
+        return rbjax.rollout(model, off, 1e-3, 10, save_every=10).qpos[-1, 1]
+
+    for transform in (jax.grad, lambda f: jax.jit(jax.grad(f))):
+        with pytest.raises(ValueError, match=r"violates the equalities 'gear' \(position 0\.001"):
+            transform(loss)(1.5)

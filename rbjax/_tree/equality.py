@@ -51,6 +51,7 @@ from jaxtyping import Array, Float
 
 from .._engine.kernels import cross
 from .._engine.rank import any_deficient, deficient, guarded
+from .._errors import checked_array
 from .dynamics import qpos_rate
 from .kinematics import Frames, frames, matmul, matvec, motion_subspace
 from .topology import HINGE, SLIDE
@@ -142,12 +143,7 @@ class AbstractEquality(eqx.Module):
 
 
 def _vector(field, x, shape):
-    a = jnp.asarray(x, dtype=jnp.result_type(float)) if not isinstance(x, jax.Array) else x
-    if a.shape != shape:
-        raise ValueError(
-            f"{field} has shape {a.shape}, expected {shape}. Fix: give {shape} numbers."
-        )
-    return a
+    return checked_array(field, x, shape, f"give {shape} finite numbers")
 
 
 class Connect(AbstractEquality):

@@ -17,13 +17,12 @@ leaves (RK4: O(h⁴)) therefore changes no force and no acceleration; nothing re
 from __future__ import annotations
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
 from .._engine.kernels import cross
-from .._errors import check_finite, fail, is_concrete
+from .._errors import checked_array, fail, is_concrete
 from .bodies import natural_body_com, natural_body_poses, natural_body_velocities
 from .dynamics import (
     bias_from,
@@ -44,15 +43,23 @@ class JointCoordinates(eqx.Module):
     Newton–Euler bias forces (Featherstone 2008, §6.2, §5.3; rbjax/_tree/dynamics.py).
 
     The engine's fast path: ``_engine_derivatives(model, t, q, u)`` on component-first
-    q (nq, ...), u (nv, ...) returns (q̇, q̈, None)."""
+    q (nq, ...), u (nv, ...) returns (q̇, q̈, λ): λ (..., m) the equalities' multipliers,
+    one column per equality row in ``model.equalities`` order (:meth:`JointModel.solve`;
+    (..., 0) without equalities), batch-leading as a maximal formulation's (what
+    ``rollout(..., multipliers=True)`` saves; an integrator's step discards it)."""
 
     def _engine_derivatives(self, model, t, q, u):
         # the engine's arrays end in a unit axis (where a maximal model has its bodies):
         # dropped here, so that the batch is the minor axis XLA vectorises over (with the
         # unit axis minor, the humanoid ran 2.5x slower per system at B = 64)
         q, u, t = q[..., 0], u[..., 0], t[..., 0]
-        qd, ud = qpos_rate(model.topology, q, u), model.accelerations(t, q, u)
-        return qd[..., None], ud[..., None], None
+        qd = qpos_rate(model.topology, q, u)
+        if not model.equalities:
+            lam = jnp.zeros(q.shape[1:] + (0,), q.dtype)
+            return qd[..., None], model.accelerations(t, q, u)[..., None], lam
+        M, b = model.mass_and_bias(q, u)
+        ud, lam = model.solve(M, model.generalized_forces(t, q, u) - b, q, u)
+        return qd[..., None], ud[..., None], jnp.moveaxis(lam, 0, -1)
 
 
 class _Bound(eqx.Module):
@@ -66,14 +73,6 @@ class _Bound(eqx.Module):
 
     def _engine_derivatives(self, model, t, q, u):
         return self.options._engine_derivatives(model, t, q, u)
-
-
-def _array(field, x, shape, fix):
-    a = np.asarray(x, dtype=float) if not isinstance(x, jax.Array) else x
-    if tuple(a.shape) != tuple(shape):
-        fail(field, x, f"has shape {tuple(np.shape(x))}, expected {tuple(shape)}", fix)
-    check_finite(field, x, fix)
-    return jnp.asarray(a, dtype=jnp.result_type(float)) if isinstance(a, np.ndarray) else a
 
 
 class JointModel(eqx.Module):
@@ -155,17 +154,17 @@ class JointModel(eqx.Module):
         nb, nq, nv = topo.nb, topo.nq, topo.nv
         fix = "give one row per body / joint / coordinate (JointModel's docstring)"
         self.topology = topo
-        self.body_pos = _array("body_pos", body_pos, (nb, 3), fix)
-        quat = _array("body_quat", body_quat, (nb, 4), fix)
+        self.body_pos = checked_array("body_pos", body_pos, (nb, 3), fix)
+        quat = checked_array("body_quat", body_quat, (nb, 4), fix)
         self.body_quat = quat / jnp.linalg.norm(quat, axis=-1, keepdims=True)
-        self.mass = _array("mass", mass, (nb,), fix)
-        self.com = _array("com", com, (nb, 3), fix)
-        self.inertia = _array("inertia", inertia, (nb, 3, 3), fix)
+        self.mass = checked_array("mass", mass, (nb,), fix)
+        self.com = checked_array("com", com, (nb, 3), fix)
+        self.inertia = checked_array("inertia", inertia, (nb, 3, 3), fix)
         zeros = lambda *s: np.zeros(s)  # noqa: E731
-        self.joint_pos = _array(
+        self.joint_pos = checked_array(
             "joint_pos", zeros(nj, 3) if joint_pos is None else joint_pos, (nj, 3), fix
         )
-        axis = _array(
+        axis = checked_array(
             "joint_axis",
             np.tile([0.0, 0.0, 1.0], (nj, 1)) if joint_axis is None else joint_axis,
             (nj, 3),
@@ -190,17 +189,23 @@ class JointModel(eqx.Module):
                     qpos0[a] = 1.0
                 elif k == FREE:
                     qpos0[a + 3] = 1.0
-        self.qpos0 = _array("qpos0", qpos0, (nq,), fix)
-        self.damping = _array("damping", zeros(nv) if damping is None else damping, (nv,), fix)
-        self.armature = _array("armature", zeros(nv) if armature is None else armature, (nv,), fix)
-        self.stiffness = _array(
+        self.qpos0 = checked_array("qpos0", qpos0, (nq,), fix)
+        self.damping = checked_array(
+            "damping", zeros(nv) if damping is None else damping, (nv,), fix
+        )
+        self.armature = checked_array(
+            "armature", zeros(nv) if armature is None else armature, (nv,), fix
+        )
+        self.stiffness = checked_array(
             "stiffness", zeros(nj) if stiffness is None else stiffness, (nj,), fix
         )
-        self.qpos_spring = _array(
+        self.qpos_spring = checked_array(
             "qpos_spring", self.qpos0 if qpos_spring is None else qpos_spring, (nq,), fix
         )
-        self.gravcomp = _array("gravcomp", zeros(nb) if gravcomp is None else gravcomp, (nb,), fix)
-        self.gravity = _array("gravity", gravity, (3,), fix)
+        self.gravcomp = checked_array(
+            "gravcomp", zeros(nb) if gravcomp is None else gravcomp, (nb,), fix
+        )
+        self.gravity = checked_array("gravity", gravity, (3,), fix)
         acts, joints = [], []
         for k, pair in enumerate(actuators):
             j, act = pair

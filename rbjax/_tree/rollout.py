@@ -20,11 +20,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 from jaxtyping import Array, Float, Int
 
 from .._engine.measures import Natural
 from .._engine.rollout import _WORK, DEFAULT_CHUNK, chunked, integrate
 from .._errors import check_finite, is_concrete
+from .._gradient_guard import GuardedSteps, guard_inputs, guard_output
 from .._integrators import AbstractExplicitRK, SemiImplicitEuler
 from .._results import RESULTS
 from .._state import fresh_tolerances
@@ -41,7 +43,13 @@ class JointTrajectory(eqx.Module):
     :class:`rbjax.Trajectory`'s; ``measures`` (dict name -> (*batch, ...)) the values of
     ``rollout(..., measures=...)`` or None; ``monitors`` (dict name -> (*batch,)) the worst
     value of each watched plausibility quantity ("unit_length", "energy";
-    rbjax/_tree/monitors.py) or None."""
+    rbjax/_tree/monitors.py) or None; ``lam`` (*batch, T, m) with
+    ``rollout(..., multipliers=True)``, else None: the equalities' multipliers at each saved
+    state, one column per equality row in ``model.equalities`` order (the values of
+    :meth:`rbjax.JointModel.equality_forces`, concatenated: a connect's force and a weld's
+    force and torque on body 1, a joint coupling's generalized force on joint 1;
+    minimum-norm where the rows are redundant; m = 0 without equalities), the field and
+    layout of :class:`rbjax.Trajectory`'s ``lam``."""
 
     t: Float[Array, "*batch T"]
     qpos: Float[Array, "*batch T nq"]
@@ -50,6 +58,7 @@ class JointTrajectory(eqx.Module):
     failed_step: Int[Array, "*batch"]
     measures: dict[str, Array] | None = None
     monitors: dict[str, Array] | None = None
+    lam: Float[Array, "*batch T m"] | None = None
 
     def __getitem__(self, i) -> JointState:
         """The i-th saved state of every batch member."""
@@ -93,13 +102,24 @@ def check_joint_state(model: JointModel, state: JointState) -> None:
                         f"{topo.joint_names[j]!r}){system} has length {float(n[i]):.6g}, "
                         "not 1. Fix: normalise it (q / |q|)."
                     )
-    # skipped under a trace (the gradient of a rollout) and with Baumgarte terms, which are
-    # there to pull an open loop closed
-    if model.equalities and model.baumgarte is None and is_concrete((state, model)):
+    # Skipped with Baumgarte terms, which are there to pull an open loop closed, and when
+    # what it reads is traced: the state and the kinematics (body and joint frames, qpos0,
+    # the equalities; rbjax/_tree/kinematics.py ``frames``, equality.py ``rows``). A traced
+    # mass, inertia, damping or force (jax.grad in an identification) does not prevent it:
+    # those leaves get stand-ins, as the maximal check does (rbjax/_analysis/checks.py
+    # ``check_mechanism_state``).
+    read = (state, model.body_pos, model.body_quat, model.joint_pos, model.joint_axis)
+    read = read + (model.qpos0, model.equalities)
+    if model.equalities and model.baumgarte is None and is_concrete(read):
+        model = jax.tree.map(
+            lambda x: np.zeros(x.shape, x.dtype) if isinstance(x, Tracer) else x, model
+        )
         tol = fresh_tolerances(state.qpos.dtype)[1]
+        with jax.ensure_compile_time_eval():  # evaluated now, also inside a caller's jit
+            found = violations(model, state.qpos, state.qvel)
         bad = [
             f"{name!r} (position {gap:.3g}, velocity {rate:.3g})"
-            for name, gap, rate in violations(model, state.qpos, state.qvel)
+            for name, gap, rate in found
             if not (gap <= tol and rate <= tol)
         ]
         if bad:
@@ -153,9 +173,13 @@ def rollout_tree(
     checkpoint: int,
     measures: dict | None = None,
     monitors=None,
+    multipliers: bool = False,
+    check_gradients: bool = False,
 ) -> JointTrajectory:
     """:func:`rbjax.rollout` of a JointModel (the checks of dt, n_steps, save_every and
-    measures are the caller's; ``monitors`` a :class:`rbjax.Plausibility` or None)."""
+    measures are the caller's; ``monitors`` a :class:`rbjax.Plausibility` or None;
+    ``multipliers``: save the equalities' multipliers, :attr:`JointTrajectory.lam`;
+    ``check_gradients``: rbjax/_gradient_guard.py, the step named in the program)."""
     if isinstance(state0, JointTrajectory):
         codes = np.asarray(state0.result) if is_concrete(state0.result) else None
         if codes is not None and np.any(codes != int(RESULTS.successful)):
@@ -190,6 +214,9 @@ def rollout_tree(
     measures = {} if measures is None else measures
     spec = joint_spec(monitors, model, integrator, state0.qpos.dtype)
     traced = not is_concrete((model, state0, dt))
+    if check_gradients:
+        integrator, batch_chunk = _guarded(integrator, state0, int(n_steps), batch_chunk)
+        model, state0 = guard_inputs((model, state0))
     traj = run_joint(
         model,
         state0,
@@ -201,6 +228,7 @@ def rollout_tree(
         int(checkpoint),
         measures,
         spec,
+        bool(multipliers),
     )
     if throw and traced:
         traj = eqx.error_if(
@@ -211,17 +239,40 @@ def rollout_tree(
         )
     elif throw and is_concrete(traj.result):
         _raise_on_failure(traj, spec)
-    return traj
+    return guard_output(traj) if check_gradients else traj
+
+
+def _guarded(integrator, state0: JointState, n_steps: int, batch_chunk: int):
+    """(integrator, batch_chunk) of ``check_gradients=True``: the integrator's steps checked
+    in reverse mode (:class:`GuardedSteps`: step k starts at t0 + k·dt). Systems that start
+    at different (or traced) times carry their own t0, which pieces of a chunked batch
+    would not see: such a batch runs unchunked (equal to rounding, ``rollout``'s
+    ``batch_chunk``)."""
+    t0 = state0.t
+    if jnp.ndim(t0) and is_concrete(t0) and np.ptp(np.asarray(t0)) == 0:
+        t0 = jnp.reshape(t0, (-1,))[0]
+    elif jnp.ndim(t0):
+        batch_chunk = 0
+    return GuardedSteps(integrator, jnp.asarray(t0), n_steps), batch_chunk
 
 
 def run_joint(
-    model, state0, dt, integrator, n_steps, save_every, batch_chunk, checkpoint, measures, spec
+    model,
+    state0,
+    dt,
+    integrator,
+    n_steps,
+    save_every,
+    batch_chunk,
+    checkpoint,
+    measures,
+    spec,
+    multipliers=False,
 ) -> JointTrajectory:
     """The rollout without checks and without raising (also :func:`rbjax.monte_carlo`'s,
     under its ``jax.vmap`` over sampled parameters): the loop, then the monitors."""
-    traj = _run(
-        model, state0, dt, integrator, n_steps, save_every, batch_chunk, checkpoint, measures, spec
-    )
+    args = (n_steps, save_every, batch_chunk, checkpoint, measures, spec, multipliers)
+    traj = _run(model, state0, dt, integrator, *args)
     if spec is not None:
         traj = _monitored(traj, model, spec, save_every, jnp.asarray(dt, traj.qpos.dtype))
     return traj
@@ -258,7 +309,17 @@ def _raise_on_failure(traj: JointTrajectory, spec) -> None:
 
 @eqx.filter_jit
 def _run(
-    model, state0, dt, integrator, n_steps, save_every, batch_chunk, checkpoint, measures, spec
+    model,
+    state0,
+    dt,
+    integrator,
+    n_steps,
+    save_every,
+    batch_chunk,
+    checkpoint,
+    measures,
+    spec,
+    multipliers,
 ):
     batch = tuple(
         jnp.broadcast_shapes(
@@ -276,7 +337,7 @@ def _run(
     # the loop accumulates the work of the forces without a potential (a deferred Spec:
     # integrate returns it, _monitored judges it); a conservative tree needs nothing there
     work = spec if spec is not None and spec.balance == "work" else None
-    args = (integrator, h, n_steps, save_every, False, checkpoint, natural, work)
+    args = (integrator, h, n_steps, save_every, multipliers, checkpoint, natural, work)
     B = batch[0] if len(batch) == 1 else 0
     if batch_chunk and B > batch_chunk:
         saved, code, step, values, work = chunked(model, t, q, u, batch, batch_chunk, args)
@@ -292,6 +353,7 @@ def _run(
         failed_step=step,
         measures=dict(zip(measures, values, strict=True)) if measures else None,
         monitors=work or None,  # the loop's work series (T, *batch), for _monitored
+        lam=jnp.moveaxis(saved[3], 0, nb) if multipliers else None,
     )
 
 
