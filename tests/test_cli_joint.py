@@ -143,14 +143,110 @@ def test_cache_directory_is_created_and_hit(tmp_path, monkeypatch):
     assert not off.exists()
 
 
-def test_identify_and_wrong_integrator_refused(tmp_path, capsys):
-    """identify on joint coordinates, and an integrator the coordinates do not take, are one
-    line with the fix (exit 2), not a traceback."""
-    cfg = tmp_path / "id.toml"
-    cfg.write_text('model = "x.xml"\n')
-    assert main(["identify", str(cfg), "--coordinates", "joint"]) == 2
+def _identify_files(d):
+    """A damped double pendulum (MJCF) and MuJoCo's own RK4 motion of it at the fit's step,
+    60 samples stored as a joint-coordinate run file names them: qpos with its column names,
+    the bodies' centres of mass xipos and attitudes xquat with body_names."""
+    with open(PENDULUM) as fh:
+        xml = fh.read().replace('timestep="0.001"', 'timestep="0.005"')
+    xml = xml.replace('axis="0 1 0"/>', 'axis="0 1 0" damping="0.3"/>')
+    (d / "damped.xml").write_text(xml)
+    m = mujoco.MjModel.from_xml_string(xml)
+    data = mujoco.MjData(m)
+    data.qpos[:], data.qvel[:] = [0.9, -0.4], [0.5, 0.0]
+    t, qpos, xipos, xquat = [], [], [], []
+    for _ in range(60):
+        mujoco.mj_forward(m, data)
+        t.append(data.time), qpos.append(data.qpos.copy())
+        xipos.append(data.xipos[1:].copy()), xquat.append(data.xquat[1:].copy())
+        mujoco.mj_step(m, data)
+    np.savez(
+        d / "measured.npz",
+        t=np.array(t),
+        qpos=np.array(qpos),
+        qpos_names=np.array(["shoulder", "elbow"]),
+        xipos=np.array(xipos),
+        xquat=np.array(xquat),
+        body_names=np.array(["upper", "lower"]),
+    )
+    lines = [
+        'model = "damped.xml"',
+        'data = "measured.npz"',
+        "[state]",
+        "qpos = { shoulder = 0.9, elbow = -0.4 }",
+        "qvel = { elbow = 0.0 }",
+    ]
+    for c in ("shoulder", "elbow"):
+        lines += ["[[observations]]", 'kind = "joint_position"', f'coordinate = "{c}"']
+        lines += ["sigma = 1e-3"]
+    lines += ["[[observations]]", 'kind = "position"', 'body = "lower"']  # xipos, xquat
+    lines += ["point = [0.0, 0.0, -0.25]", "sigma = 1e-3"]  # the lower link's tip
+    lines += ["[[observations]]", 'kind = "orientation"', 'body = "upper"', "sigma = 1e-3"]
+    for kind, key, value in (
+        ("damping", 'joint = "shoulder"', 0.2),
+        ("damping", 'joint = "elbow"', 0.45),
+        ("mass", 'body = "lower"', 1.3),
+        ("joint_velocity", 'coordinate = "shoulder"', 0.3),
+    ):
+        lines += ["[[parameters]]", f'kind = "{kind}"', key, f"initial = {value}"]
+    lines += ["[solver]", "max_steps = 30"]
+    (d / "id.toml").write_text("\n".join(lines) + "\n")
+    return str(d / "id.toml"), float(m.body_mass[2])
+
+
+def test_identify_in_joint_and_maximal_coordinates(tmp_path, capsys):
+    """identify fits a tree in joint coordinates by default, and --coordinates maximal fits
+    the same file in the other formulation: both recover MuJoCo's damping, mass and initial
+    rate, with the same estimates and standard errors (the same equations integrated)."""
+    cfg, mass = _identify_files(tmp_path)
+    fits = {}
+    for extra in ([], ["--coordinates", "maximal"]):
+        code = main(["identify", cfg, "--json", *extra])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        fit = json.loads(out)
+        fits[fit["coordinates"]] = fit
+        assert f"dt = 0.005 s, {fit['coordinates']} coordinates" in err  # the banner
+    joint, maximal = fits["joint"], fits["maximal"]  # the default is joint for a tree
+    assert (
+        joint["names"]
+        == maximal["names"]
+        == [
+            "shoulder.damping",
+            "elbow.damping",
+            "lower.mass",
+            "shoulder.qvel0",
+        ]
+    )
+    truth = [0.3, 0.3, mass, 0.5]
+    for fit in (joint, maximal):  # MuJoCo's RK4 at the fit's step: the same discretisation
+        np.testing.assert_allclose(fit["values"], truth, rtol=1e-6)
+        assert fit["converged"] and fit["unidentifiable"] == []
+    np.testing.assert_allclose(joint["values"], maximal["values"], rtol=1e-6)
+    np.testing.assert_allclose(joint["std"], maximal["std"], rtol=1e-6)
+
+
+def test_identify_joint_refusals(tmp_path, capsys):
+    """What joint coordinates cannot express, or do not integrate, is one line naming the fix
+    (exit 2): a damper named as a force index, a maximal-only integrator."""
+    cfg, _ = _identify_files(tmp_path)
+    with open(cfg) as fh:
+        text = fh.read()
+    (tmp_path / "force.toml").write_text(text.replace('joint = "elbow"', "force = 1"))
+    assert main(["identify", str(tmp_path / "force.toml")]) == 2
     err = capsys.readouterr().err
-    assert "identify fits maximal-coordinate models" in err and "--coordinates maximal" in err
+    assert "parameters[1].force: is 1: in joint coordinates" in err
+    assert "Fix: give joint = the joint's name, or run with --coordinates maximal" in err
+    (tmp_path / "midpoint.toml").write_text('integrator = "implicit-midpoint"\n' + text)
+    assert main(["identify", str(tmp_path / "midpoint.toml")]) == 2
+    err = capsys.readouterr().err
+    assert "integrator: is 'implicit-midpoint', which does not integrate joint" in err
+    assert "--coordinates maximal" in err
+
+
+def test_wrong_integrator_refused(tmp_path, capsys):
+    """An integrator the coordinates do not take is one line with the fix (exit 2), not a
+    traceback."""
     out = str(tmp_path / "r.npz")
     argv = ["simulate", PENDULUM, "--integrator", "projected-rk4", "--out", out]
     assert main(argv) == 2
@@ -223,3 +319,50 @@ def test_simulate_perturbed_coupling_is_assembled(tmp_path, capsys):
     np.testing.assert_allclose(q0[:, 0], q0[:, 1], rtol=0, atol=1e-12)
     np.testing.assert_allclose(v0[:, 0], v0[:, 1], rtol=0, atol=1e-12)
     assert np.abs(q0).max() > 1e-3  # perturbed, not reset to qpos0
+
+
+BALL_CHAIN = """<mujoco>
+  <option><flag contact="disable"/></option>
+  <worldbody>
+    <body name="a"><joint name="h" type="hinge" axis="0 1 0"/>
+      <geom type="capsule" fromto="0 0 0 0 0 -0.5" size="0.03"/>
+      <body name="b" pos="0 0 -0.5"><joint name="s" type="ball"/>
+        <geom type="capsule" fromto="0 0 0 0.4 0 0" size="0.02"/></body></body>
+  </worldbody>
+</mujoco>"""
+
+
+def test_identify_joint_springs_are_mujocos(tmp_path):
+    """identify's damping and stiffness of a JointModel joint (parameters.py) are MuJoCo's
+    per-joint ones, on every DOF of a ball joint: the passive forces of the built model equal
+    MuJoCo's qfrc_passive with the same values set in the file's compiled model."""
+    from rbjax._cli.parameters import Build, parameter
+    from rbjax._cli.quantities import Layout
+
+    (tmp_path / "ball.xml").write_text(BALL_CHAIN)
+    loaded = load_model(str(tmp_path / "ball.xml"))
+    model = loaded.model
+    assert isinstance(model, rbjax.JointModel)
+    values = {("damping", "h"): 0.2, ("stiffness", "h"): 0.9, ("damping", "s"): 0.4}
+    values[("stiffness", "s")] = 0.6
+    specs, raws = [], []
+    for i, ((kind, joint), v) in enumerate(values.items()):
+        p = {"kind": kind, "joint": joint, "initial": v}
+        spec, raw, _ = parameter(i, p, model, None, None)
+        assert spec.labels == (f"{joint}.{kind}",)
+        specs.append(spec), raws.append(jax.numpy.asarray(raw))
+    state = loaded.state
+    params = {"fit": tuple(raws), "model": model, "state0": state, "t0": state.t}
+    params |= {"qpos0": state.qpos, "qvel0": state.qvel}
+    built, _ = Build(tuple(specs), False, Layout())(params)
+    qpos = np.array([0.7, np.cos(0.3), 0.2 * np.sin(0.3), -0.5 * np.sin(0.3), 0.0])
+    qpos[1:] /= np.linalg.norm(qpos[1:])
+    qvel = np.array([0.5, -1.0, 0.3, 2.0])
+    tau = built.generalized_forces(0.0, jax.numpy.asarray(qpos), jax.numpy.asarray(qvel))
+    m = mujoco.MjModel.from_xml_string(BALL_CHAIN)
+    m.dof_damping[:] = [0.2, 0.4, 0.4, 0.4]
+    m.jnt_stiffness[:] = [0.9, 0.6]
+    d = mujoco.MjData(m)
+    d.qpos[:], d.qvel[:] = qpos, qvel
+    mujoco.mj_forward(m, d)
+    np.testing.assert_allclose(tau, d.qfrc_passive, rtol=1e-12, atol=1e-14)

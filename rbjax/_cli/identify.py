@@ -6,7 +6,8 @@ The configuration (paths relative to the configuration file)::
     model = "pendulum.toml"        # MJCF (.xml), URDF (.urdf) or rbjax model file (.toml)
     data = "measured.npz"          # a run file of 'rbjax simulate', or any .npz with 't'
     dt = 0.01                      # largest integration step [s] (default: the model's timestep)
-    integrator = "rk4"             # rk4 | projected-rk4 | implicit-midpoint | semi-implicit-euler
+    integrator = "rk4"             # rk4 | semi-implicit-euler | implicitfast (joint coordinates)
+                                   #   | projected-rk4 | implicit-midpoint (maximal)
     sample = 0                     # which run of a batch run file (required for a batch)
     out = "fit.json"               # optional: write the results as JSON (--out overrides)
 
@@ -52,8 +53,11 @@ Observations (``rbjax.Position`` and its siblings; joint coordinates through ``r
 * ``array`` names the data: an array (T, nb, 7) of body states as a run file stores them (``q``
   positions of the centres of mass and quaternions, ``u`` velocities and body-axis angular
   velocities; the body is found by the file's ``body_names``, else by the model's order), or
-  an array (T, 3) of the measured quantity itself (T, 4 for quaternions). Defaults: ``q`` for
-  position and orientation, ``u`` for velocity and angular velocity. Joint kinds default to
+  an array (T, 3) of the measured quantity itself (T, 4 for quaternions), or for position and
+  orientation an array (T, nb, 3) of centres of mass or (T, nb, 4) of body attitudes (a
+  joint-coordinate run file's ``xipos`` and ``xquat``, MuJoCo's; a ``point`` turns with the
+  data's ``xquat``). Defaults: ``q`` for position and orientation (``xipos`` / ``xquat``
+  where the data has no ``q``), ``u`` for velocity and angular velocity. Joint kinds default to
   ``qpos`` / ``qvel`` and take the columns named by ``qpos_names`` / ``qvel_names`` (the
   coordinate's name, or ``name:k`` / ``name[k]`` / ``name.k`` for a joint of several), or a
   plain array (T,) or (T, n). Rows with a NaN are missing samples (masked).
@@ -69,8 +73,16 @@ in physical units, by the delta method):
   forces (the order of ``[[forces]]`` in a model file) or ``joint`` = the joint across which it
   acts (the one spring-damper between that joint's two bodies, as MJCF joint damping is);
 * ``gravity`` [m/s²] (the vector);
-* ``joint_position``, ``joint_velocity`` (``coordinate``): the initial joint coordinates (the
-  state is then built by rbjax.state_from_joint_coordinates at every step of the fit).
+* ``joint_position``, ``joint_velocity`` (``coordinate``): the initial joint coordinates (in
+  maximal coordinates the state is then built by rbjax.state_from_joint_coordinates at every
+  step of the fit; in joint coordinates they are the initial JointState's qpos/qvel).
+
+Coordinates: an MJCF/URDF tree is fitted in joint coordinates (rbjax.JointModel, MuJoCo's
+qpos/qvel), a file whose connect or weld equality closes a loop in maximal coordinates, as
+``rbjax simulate`` does; ``--coordinates maximal`` (or ``joint``) chooses. Both integrate the
+same equations and give the same estimates (to the maximal integrator's drift). In joint coordinates ``damping``/``stiffness`` name a ``joint`` (MuJoCo's per-joint
+damping and stiffness; ``force`` = k is refused) and the run file's body states of either
+formulation are read as above.
 
 Positive quantities are fitted as logarithms, so ``initial`` must be > 0 and every step is
 physical. A parameter is not determined by the data when rbjax.identify reports it in an
@@ -98,9 +110,11 @@ import numpy as np
 
 from . import arguments, config, quantities
 from .common import (
-    COORDINATES,
-    INTEGRATORS,
+    ALL_INTEGRATORS,
+    JOINT_INTEGRATORS,
+    MAXIMAL_INTEGRATORS,
     CliError,
+    add_coordinates,
     add_meshes,
     load_model,
     output_path,
@@ -111,6 +125,7 @@ from .coordinates import Coordinates
 from .measured import load_data
 from .observations import observation
 from .parameters import Build, Param, parameter
+from .quantities import Layout
 
 # The configuration is read field by field, each error naming its path: config.py (the
 # generic readers), measured.py (the data file), coordinates.py (joint coordinates by name),
@@ -159,13 +174,7 @@ def add_parser(sub):
         action="store_true",
         help="print the results as JSON on stdout (the table goes to stderr)",
     )
-    p.add_argument(
-        "--coordinates",
-        choices=COORDINATES,
-        default="maximal",
-        help="MJCF/URDF: the coordinates of the fitted model; maximal (rbjax.Model) only for "
-        "now, the default here (the other commands default to joint coordinates for a tree)",
-    )
+    add_coordinates(p)
     add_meshes(p)
     p.set_defaults(run=run)
 
@@ -181,13 +190,12 @@ def _help() -> str:
     )
 
 
-def _load_model(config_dir: str, doc: dict, meshes: bool = True):
-    """The configuration's model; an MJCF/URDF file in maximal coordinates (identify's)."""
+def _load_model(config_dir: str, doc: dict, meshes: bool = True, coordinates: str | None = None):
+    """The configuration's model; an MJCF/URDF file in ``coordinates`` (--coordinates; None:
+    joint coordinates for a tree, rbjax/_cli/common.py ``default_coordinates``)."""
     path = os.path.join(config_dir, string("model", doc["model"]))
     try:
-        ext = os.path.splitext(path)[1].lower()
-        robot = ext in (".xml", ".mjcf", ".urdf")
-        loaded = load_model(path, meshes=meshes, coordinates="maximal" if robot else None)
+        loaded = load_model(path, meshes=meshes, coordinates=coordinates)
     except CliError as exc:
         raise CliError(f"model: {exc}") from None
     except ValueError as exc:  # the model file's own field-path message
@@ -219,6 +227,7 @@ class _Problem:
     initial: np.ndarray
     out: str | None
     n_values: int
+    coordinates: str  # "joint", "maximal" (MJCF/URDF) or "file" (an rbjax model file)
 
 
 def _solver(args, doc: dict) -> tuple[str, int, float, float, float, int]:
@@ -259,7 +268,8 @@ def _out(args, doc: dict, config_dir: str) -> str | None:
 def _prepare(args) -> _Problem:
     import jax.numpy as jnp
 
-    from .. import LBFGS, LevenbergMarquardt, Measurements, Shooting, joint_coordinates
+    from .. import LBFGS, JointModel, LevenbergMarquardt, Measurements, Shooting, joint_coordinates
+    from .._identify.joint import arrays, like
 
     doc = config.read(args.config)
     config_dir = os.path.dirname(os.path.abspath(args.config))
@@ -268,7 +278,7 @@ def _prepare(args) -> _Problem:
         config.tables(key, doc[key])
     solver_name, max_steps, tol, xtol, gtol, segments = _solver(args, doc)
     integrator = (
-        string("integrator", doc["integrator"], INTEGRATORS) if "integrator" in doc else None
+        string("integrator", doc["integrator"], ALL_INTEGRATORS) if "integrator" in doc else None
     )
     out = _out(args, doc, config_dir)
     state_doc = table("state", doc.get("state", {}), ("qpos", "qvel"))
@@ -276,9 +286,21 @@ def _prepare(args) -> _Problem:
         value = state_doc.get(key, {})
         table(f"state.{key}", value, list(value) if isinstance(value, dict) else ())
 
-    loaded = _load_model(config_dir, doc, args.meshes)
+    loaded = _load_model(config_dir, doc, args.meshes, args.coordinates)
     model = loaded.model
-    layout = quantities.layout(loaded)  # qpos/qvel: MuJoCo's for an MJCF or URDF file
+    joint = isinstance(model, JointModel)
+    # qpos/qvel: MuJoCo's for an MJCF or URDF file (a JointModel's own are)
+    layout = Layout() if joint else quantities.layout(loaded)
+    if integrator is not None:
+        allowed = JOINT_INTEGRATORS if joint else MAXIMAL_INTEGRATORS
+        if integrator not in allowed:
+            other = "--coordinates maximal" if joint else "--coordinates joint (MJCF/URDF trees)"
+            fail(
+                "integrator",
+                f"is {integrator!r}, which does not integrate {'joint' if joint else 'maximal'} "
+                f"coordinates (those that do: {', '.join(allowed)})",
+                f"choose one of them, or run with {other}",
+            )
     if "dt" in doc:
         dt = number("dt", doc["dt"], positive=True, example="0.01")
     elif loaded.timestep is not None:
@@ -329,6 +351,8 @@ def _prepare(args) -> _Problem:
         n_values += n_ok * ob.dim
 
     def model_coordinates():  # the model's initial joint coordinates (computed once)
+        if "qv" not in cache and loaded.state is not None and joint:
+            cache["qp"], cache["qv"] = (np.asarray(a, float) for a in arrays(loaded.state))
         if "qv" not in cache and loaded.state is not None:
             cache["qp"], cache["qv"] = (
                 np.asarray(a, float)
@@ -385,8 +409,8 @@ def _prepare(args) -> _Problem:
     t0 = float(data.t[0])
     state0 = None
     if loaded.state is not None:
-        s = loaded.state
-        state0 = type(s)(t=jnp.asarray(t0, s.q.dtype), q=s.q, u=s.u)
+        q, u = arrays(loaded.state)
+        state0 = like(loaded.state, jnp.asarray(t0, q.dtype), q, u)
     params0 = {
         "fit": tuple(raws),
         "model": model,
@@ -403,7 +427,7 @@ def _prepare(args) -> _Problem:
         free=free,
         data=measurements,
         dt=dt,
-        integrator=INTEGRATORS[integrator]() if integrator else None,
+        integrator=ALL_INTEGRATORS[integrator]() if integrator else None,
         solver=solver,
         solver_name=solver_name,
         shooting=Shooting(segments) if segments > 1 else None,
@@ -415,6 +439,7 @@ def _prepare(args) -> _Problem:
         initial=np.concatenate(initial),
         out=out,
         n_values=n_values,
+        coordinates=getattr(loaded, "coordinates", "file"),
     )
 
 
@@ -428,20 +453,18 @@ def run(args) -> int:
     jax.config.update("jax_enable_x64", True)  # identification needs float64 (and its tests)
     from .. import identify
 
-    if args.coordinates == "joint":  # before the configuration is read: an argument's error
-        raise CliError(
-            "--coordinates joint: identify fits maximal-coordinate models for now (joint "
-            "coordinates are later work). Fix: --coordinates maximal, identify's default."
-        )
-
     prob = _prepare(args)
     labels = [lab for s in prob.specs for lab in s.labels]
     report = sys.stderr if args.json else sys.stdout
     n_obs = len(prob.data.observations)
+    where = {"file": "", "joint": ", joint coordinates", "maximal": ", maximal coordinates"}[
+        prob.coordinates
+    ]
     print(
         f"rbjax identify: {len(labels)} parameters ({', '.join(labels)}) from {prob.data.times.size} "
         f"sample times of {n_obs} observation{'s' * (n_obs != 1)} ({prob.n_values} values); "
-        f"{prob.solver_name}, at most {prob.max_steps} steps, dt = {prob.dt:g} s. Compiling the "
+        f"{prob.solver_name}, at most {prob.max_steps} steps, dt = {prob.dt:g} s{where}. "
+        "Compiling the "
         "simulation and its derivatives, then fitting...",
         file=report,
         flush=True,
@@ -551,6 +574,7 @@ def _results(prob: _Problem, fit, labels: list[str]) -> dict:
         "unidentifiable_directions": directions,
         "solver": prob.solver_name,
         "dt": prob.dt,
+        "coordinates": prob.coordinates,
     }
 
 

@@ -95,9 +95,10 @@ def observation(i: int, o, model, data: Data, coords: Coordinates | None):
     body = resolve(f"{path}.body", o["body"], model.names, "body")
     name = model.names[body]
     width = 4 if kind == "orientation" else 3
-    key, a = data_array(
-        f"{path}.array", data, o.get("array"), "q" if kind in ("position", "orientation") else "u"
-    )
+    default = "q" if kind in ("position", "orientation") else "u"
+    if default == "q" and "q" not in data.arrays and "xipos" in data.arrays:
+        default = "xipos" if kind == "position" else "xquat"  # a joint-coordinate run file
+    key, a = data_array(f"{path}.array", data, o.get("array"), default)
     point = np.zeros(3)
     if "point" in o:
         point = array(f"{path}.point", o["point"], (3,), "a point [x, y, z] in m, body axes")
@@ -118,13 +119,22 @@ def observation(i: int, o, model, data: Data, coords: Coordinates | None):
                 _, q = data_array(f"{path}.frame", data, None, "q")
                 q_rows = body_rows(f"{path}.frame", "q", q, body, name, data, model.nb)
                 values = np.asarray(quat.rotate(jnp.asarray(q_rows[:, 3:7]), jnp.asarray(values)))
+    elif kind in ("position", "orientation") and a.ndim == 3 and a.shape[2] == width:
+        # per-body centres of mass (T, nb, 3) or attitudes (T, nb, 4): a joint-coordinate run
+        # file's xipos / xquat (MuJoCo's); the point turns with the body's xquat
+        values = body_rows(f"{path}.array", key, a, body, name, data, model.nb)
+        if kind == "position" and np.any(point != 0):
+            _, xq = data_array(f"{path}.point", data, None, "xquat")
+            xq_rows = body_rows(f"{path}.point", "xquat", xq, body, name, data, model.nb)
+            values = values + np.asarray(quat.rotate(jnp.asarray(xq_rows), jnp.asarray(point)))
     elif a.ndim == 2 and a.shape[1] == width:
         values = a
     else:
         fail(
             f"{path}.array",
             f"array {key!r} has shape {a.shape}",
-            f"store (T, {width}) measured values, or body states (T, nb, 7) as a run file does",
+            f"store (T, {width}) measured values, or body states (T, nb, 7) as a run file does"
+            + (f", or (T, nb, {width}) per body" if kind in ("position", "orientation") else ""),
         )
     s = sigma(f"{path}.sigma", o["sigma"], 3)
     if kind == "position":

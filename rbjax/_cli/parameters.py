@@ -1,14 +1,18 @@
 """The ``[[parameters]]`` tables of an ``rbjax identify`` configuration: what is fitted
 (:class:`Param`, read by :func:`parameter`) and how ``build(params) -> (model, state0)`` puts
-the fitted values into the model and the initial state (:class:`Build`). The format:
-rbjax/_cli/identify.py."""
+the fitted values into the model and the initial state (:class:`Build`), of an
+:class:`rbjax.Model` or an :class:`rbjax.JointModel` (whose dampers and springs are its
+per-joint ``damping`` and ``stiffness``, MuJoCo's). The format: rbjax/_cli/identify.py."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
+from .._tree.model import JointModel
+from .._tree.topology import SIZES
 from .config import array, fail, resolve, string, table
 from .quantities import Layout
 
@@ -35,8 +39,8 @@ FULL = ((0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2))  # a full inertia's six 
 
 @dataclasses.dataclass(frozen=True)
 class Param:
-    """One fitted quantity: ``kind``, ``target`` (body index, force index or coordinate
-    offset), ``size`` scalars, fitted as logarithms when ``log``; ``labels`` name the
+    """One fitted quantity: ``kind``, ``target`` (body index, force index, a JointModel's
+    joint index, or coordinate offset), ``size`` scalars, fitted as logarithms when ``log``; ``labels`` name the
     physical scalars; ``full`` for a full inertia matrix."""
 
     kind: str
@@ -52,19 +56,22 @@ class Build:
     """``build(params) -> (model, state0)`` for rbjax.identify: hashable and equal for equal
     configurations, so a second run of the same configuration reuses the compiled residuals.
     ``params``: {"fit": tuple of raw arrays (one per Param), "model": the loaded model,
-    "state0": its initial state, "qpos0"/"qvel0": initial joint coordinates, "t0"}."""
+    "state0": its initial state, "qpos0"/"qvel0": initial joint coordinates, "t0"}. On a
+    JointModel qpos0/qvel0 are its own coordinates, the initial JointState itself."""
 
     specs: tuple[Param, ...]
     joint_state: bool
     layout: Layout = Layout()  # which joint coordinates qpos0/qvel0 are
 
-    def __call__(self, p):
+    def __call__(self, p) -> tuple[Any, Any]:  # (Model, State) or (JointModel, JointState)
         import equinox as eqx
         import jax.numpy as jnp
 
         from .. import state_from_joint_coordinates
+        from .._tree.model import JointModel, JointState
 
         model, qpos, qvel = p["model"], p["qpos0"], p["qvel0"]
+        joint = isinstance(model, JointModel)
         for spec, raw in zip(self.specs, p["fit"], strict=True):
             value = jnp.exp(raw) if spec.log else raw
             k = spec.target
@@ -78,6 +85,13 @@ class Build:
                 else:
                     mat = jnp.diag(value)
                 model = eqx.tree_at(lambda m: m.inertia, model, model.inertia.at[k].set(mat))
+            elif spec.kind == "damping" and joint:  # every DOF of joint k (MuJoCo's)
+                d, nv = model.topology.dofadr[k], SIZES[model.topology.joint_types[k]][1]
+                model = eqx.tree_at(
+                    lambda m: m.damping, model, model.damping.at[d : d + nv].set(value)
+                )
+            elif spec.kind == "stiffness" and joint:
+                model = eqx.tree_at(lambda m: m.stiffness, model, model.stiffness.at[k].set(value))
             elif spec.kind == "damping":
                 model = eqx.tree_at(lambda m, k=k: m.forces[k].damping, model, value)
             elif spec.kind == "stiffness":
@@ -88,11 +102,36 @@ class Build:
                 qpos = qpos.at[k : k + spec.size].set(value)
             else:
                 qvel = qvel.at[k : k + spec.size].set(value)
+        if self.joint_state and joint:
+            return model, JointState(p["t0"], qpos, qvel)
         if self.joint_state:
             return model, state_from_joint_coordinates(
                 model, qpos, qvel, t=p["t0"], **self.layout.options()
             )
         return model, p["state0"]
+
+
+def _joint_spring(path: str, p: dict, model: JointModel, kind: str) -> tuple[int, str, float]:
+    """The joint index, label and current value of a JointModel's ``damping`` or
+    ``stiffness`` a parameter names (``joint``; its dampers are not forces: ``force`` is
+    refused)."""
+    if "force" in p:
+        fail(
+            f"{path}.force",
+            f"is {p['force']!r}: in joint coordinates a joint's {kind} is the joint's own "
+            "(MuJoCo's), not one of the model's forces",
+            "give joint = the joint's name, or run with --coordinates maximal",
+        )
+    if "joint" not in p:
+        fail(
+            path,
+            "names no joint",
+            f"give joint = a joint name ({', '.join(model.joint_names) or 'none'})",
+        )
+    j = resolve(f"{path}.joint", p["joint"], model.joint_names, "joint")
+    topo = model.topology
+    current = model.damping[topo.dofadr[j]] if kind == "damping" else model.stiffness[j]
+    return j, str(p["joint"]), float(current)
 
 
 def _spring_damper(path: str, p: dict, model) -> tuple[int, str]:
@@ -191,8 +230,11 @@ def parameter(i: int, p, model, start_value, coords_of):
             labels = tuple(f"{nm}.I{a}{a}" for a in "xyz")
         spec = Param(kind, b, value.size, not full, labels, full)
     elif kind in ("damping", "stiffness"):
-        k, label = _spring_damper(path, p, model)
-        current = getattr(model.forces[k], kind)
+        if isinstance(model, JointModel):
+            k, label, current = _joint_spring(path, p, model, kind)
+        else:
+            k, label = _spring_damper(path, p, model)
+            current = getattr(model.forces[k], kind)
         value = (
             np.asarray(current, float)
             if init is None
