@@ -783,3 +783,24 @@ def test_check_gradients_names_the_step_of_a_nonfinite_gradient():
     off = rbjax.JointState(0.0, [-0.45], [1.0])
     g = jax.grad(final(True, off))(c)
     assert float(g) == float(jax.grad(final(False, off))(c)) == 0.0
+
+
+def test_position_update_is_differentiable_where_a_free_joint_stops_turning():
+    """ImplicitFast's q ⊕ h q̇ (rbjax/_tree/implicit.py) at ω = 0 of a free joint: its
+    derivative with respect to q̇ is finite and equals central differences (the rotation
+    q ⊗ exp(hω/2) turns at h/2 per unit ω there; the norm's derivative was 0/0, NaN)."""
+    from rbjax._tree.implicit import integrate_positions
+
+    model = _free_box()
+    h = 0.01
+    qpos = jnp.asarray(model.qpos0)[:, None]
+    step = lambda v: integrate_positions(model.topology, qpos, v[:, None], h)[:, 0]  # noqa: E731
+    jac = np.asarray(jax.jacfwd(step)(jnp.zeros(6)))
+    eps = 1e-6
+    fd = np.stack(
+        [(step(jnp.eye(6)[k] * eps) - step(-jnp.eye(6)[k] * eps)) / (2 * eps) for k in range(6)],
+        axis=1,
+    )
+    assert np.all(np.isfinite(jac))
+    np.testing.assert_allclose(jac, fd, rtol=0, atol=1e-9)
+    assert np.abs(jac[3:, 3:]).max() == pytest.approx(0.5 * h)

@@ -37,7 +37,10 @@ def integrate_positions(topo: TreeTopology, qpos, qvel, h):
         q = jnp.stack([qpos[qq + i] for i in range(4)])
         q = q / jnp.linalg.norm(q, axis=0, keepdims=True)
         w = jnp.stack([qvel[dd + i] for i in range(3)])
-        speed = jnp.linalg.norm(w, axis=0)
+        # |ω| through a safe square root: the norm's derivative at ω = 0 is 0/0 (NaN in every
+        # gradient of a step where a ball or free joint stops turning)
+        sq = jnp.sum(w * w, axis=0)
+        speed = jnp.where(sq > 0, jnp.sqrt(jnp.where(sq > 0, sq, 1.0)), 0.0)
         half = 0.5 * h * speed
         # sin(h|ω|/2)/|ω|, with its limit h/2 at ω = 0 (a safe denominator keeps the
         # derivative finite there)
