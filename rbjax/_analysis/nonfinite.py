@@ -151,24 +151,30 @@ def _replay(model, traj: Trajectory, dt, integrator, loss):
     return _report(model, traj.t, k, k, where, forces, f"step {k}")
 
 
-def replay_steps(model, integrator, t, q, u, h, gq, gu):
+def replay_steps(model, integrator, t, q, u, h, gq, gu, *, backward=None, components=None):
     """The backward pass of n steps replayed one at a time: step k advances the state
     (t[k], q[k], u[k]) by h[k] (t (n,), h (n,); q, u (n + 1, nb, 7) ONE system's states),
     and (gq, gu) (n + 1, nb, 7) is the loss's derivative with respect to each state. Returns
     None, or (k, where): the first step, in backward order, whose backward pass turned finite
     cotangents into non-finite ones, and the non-finite components ("q[body, k]", "u[body,
-    k]" of the state before it, or model leaves)."""
+    k]" of the state before it, or model leaves).
+
+    ``backward`` and ``components`` (default: this module's, for maximal coordinates) are the
+    formulation's scan and namer of state components (a JointModel's:
+    rbjax/_identify/gradient_check.py)."""
+    backward = _backward if backward is None else backward
+    components = _components if components is None else components
     n = q.shape[0] - 1
     if n == 0:
         return None
-    ks, ok_in, ok_state, ok_model, bq, bu = _backward(model, integrator, t, q, u, h, gq, gu)
+    ks, ok_in, ok_state, ok_model, bq, bu = backward(model, integrator, t, q, u, h, gq, gu)
     ok_in, ok_state = np.asarray(ok_in), np.asarray(ok_state)
     ok_all_model = np.all(np.stack([np.asarray(x) for x in jax.tree.leaves(ok_model)]), axis=0)
     turned = ok_in & ~(ok_state & ok_all_model)
     if not turned.any():
         return None
     i = int(np.flatnonzero(turned)[0])  # backward order: the latest step first
-    where = _components(model, "q", bq[i]) + _components(model, "u", bu[i])
+    where = components(model, "q", bq[i]) + components(model, "u", bu[i])
     dyn = eqx.filter(model, eqx.is_inexact_array)
     where += _leaf_names(dyn, jax.tree.map(lambda x: bool(np.asarray(x)[i]), ok_model))
     return int(ks[i]), where

@@ -98,7 +98,7 @@ def diagnose(problem: Problem, template, flat: np.ndarray) -> NonfiniteGradient:
 
     hs = np.asarray(problem.hs, dtype)
     for s in range(n_seg if width > 1 else 0):
-        found = (replay_joint_steps if joint else replay_steps)(
+        found = replay_steps(
             model,
             problem.integrator,
             jnp.asarray(times[s, :-1]),
@@ -107,6 +107,7 @@ def diagnose(problem: Problem, template, flat: np.ndarray) -> NonfiniteGradient:
             jnp.asarray(hs[s]),
             jnp.asarray(gq[s]),
             jnp.asarray(gu[s]),
+            **joint_replay if joint else {},
         )
         if found is None:
             continue
@@ -146,31 +147,6 @@ def _coordinates(model, name, arr) -> list[str]:
         j = int(np.searchsorted(np.asarray(adr), i, side="right")) - 1
         out.append(f"{label}[{int(i)}] (joint {topo.joint_names[j]!r})")
     return out
-
-
-def replay_joint_steps(model, integrator, t, q, u, h, gq, gu):
-    """:func:`rbjax._analysis.nonfinite.replay_steps` for a JointModel: q (n + 1, nq),
-    u (n + 1, nv) one system's states, the step the engine's (t (1,), q (nq, 1), u (nv, 1))."""
-    n = q.shape[0] - 1
-    if n == 0:
-        return None
-    ks, ok_in, ok_state, ok_model, bq, bu = _joint_backward(model, integrator, t, q, u, h, gq, gu)
-    ok_in, ok_state = np.asarray(ok_in), np.asarray(ok_state)
-    ok_all_model = np.all(np.stack([np.asarray(x) for x in jax.tree.leaves(ok_model)]), axis=0)
-    turned = ok_in & ~(ok_state & ok_all_model)
-    if not turned.any():
-        return None
-    i = int(np.flatnonzero(turned)[0])  # backward order: the latest step first
-    where = _coordinates(model, "q", bq[i]) + _coordinates(model, "u", bu[i])
-    dyn = eqx.filter(model, eqx.is_inexact_array)
-    finite = jax.tree.map(lambda x: bool(np.asarray(x)[i]), ok_model)
-    paths = jax.tree_util.tree_flatten_with_path(dyn)[0]
-    where += [
-        "model" + jax.tree_util.keystr(p)
-        for (p, _), ok in zip(paths, jax.tree.leaves(finite), strict=True)
-        if not ok
-    ]
-    return int(ks[i]), where
 
 
 @eqx.filter_jit
@@ -235,3 +211,8 @@ def nonfinite_error(
         f"{diagnosis.message}"
     )
     return NonfiniteGradientError(message, diagnosis)
+
+
+# The replay of rbjax/_analysis/nonfinite.py on joint coordinates: their backward scan and the
+# names of their coordinates ("qpos[k] (joint 'name')").
+joint_replay = {"backward": _joint_backward, "components": _coordinates}
