@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import rank
 
@@ -290,3 +291,128 @@ class BlockCholeskyBatched:
                 acc = acc - jnp.swapaxes(L[(i, k)], -1, -2) @ x[i]
             x[k] = jax.scipy.linalg.solve_triangular(L[(k, k)], acc, lower=True, trans="T")
         return [jnp.moveaxis(v[..., 0], -1, 0) for v in x]
+
+
+# ---------------------------------------------------------------- block-tridiagonal ordering
+
+
+def level_groups(body, offsets, nb: int) -> list:
+    """Joints in groups g_0, g_1, … such that two joints that share a body lie in the same or
+    in adjacent groups, so S ordered group by group is block-tridiagonal (static, numpy).
+
+    The groups are the breadth-first levels of the joint graph (joints adjacent when they share
+    a non-ground body; the ground carries no inertia, so it couples nothing in S = W̃M⁻¹W̃ᵀ),
+    from a pseudo-peripheral joint of each connected component (George & Liu, Computer
+    Solution of Large Sparse Positive Definite Systems, 1981, §4.3: the level structure of
+    largest depth keeps the levels narrow), components one after another. Adjacent levels are
+    then merged while the merged group has no more equations than the widest level: fewer,
+    equally wide blocks. ``body`` (2, R) per row the body of each side (``nb``: ground),
+    ``offsets`` (n_joints + 1,) the first row of each joint. Returns a list of lists of joints."""
+    nj = len(offsets) - 1
+    rows = np.diff(offsets)
+    on: list = [set() for _ in range(nb)]
+    for k in range(nj):
+        for side in (0, 1):
+            b = int(body[side][offsets[k]])
+            if b < nb:
+                on[b].add(k)
+    nbr: list = []
+    for k in range(nj):
+        sides = [int(body[side][offsets[k]]) for side in (0, 1)]
+        nbr.append(sorted(set().union(*(on[b] for b in sides if b < nb)) - {k}))
+
+    def bfs(start, allowed):
+        levels, seen = [[start]], {start}
+        while True:
+            nxt = sorted({l for k in levels[-1] for l in nbr[k] if l in allowed and l not in seen})
+            if not nxt:
+                return levels
+            seen.update(nxt)
+            levels.append(nxt)
+
+    levels: list = []
+    left = set(range(nj))
+    while left:
+        comp = {k for lev in bfs(min(left), left) for k in lev}
+        start = min(comp, key=lambda k: (len(nbr[k]), k))
+        best = bfs(start, comp)
+        for _ in range(4):  # move to a joint of the last level while the depth grows
+            cand = min(best[-1], key=lambda k: (len(nbr[k]), k))
+            trial = bfs(cand, comp)
+            if len(trial) <= len(best):
+                break
+            best = trial
+        levels += best
+        left -= comp
+    width = max(int(sum(rows[k] for k in lev)) for lev in levels)
+    groups: list = [list(levels[0])]
+    for lev in levels[1:]:
+        if sum(rows[k] for k in groups[-1] + lev) <= width:
+            groups[-1] = groups[-1] + lev
+        else:
+            groups.append(list(lev))
+    return groups
+
+
+class BlockTridiagonal:
+    """Cholesky factorisation of a block-tridiagonal SPD matrix with K diagonal blocks D_k and
+    sub-diagonal blocks B_k = S[k, k−1], all m × m (block LU of Golub & Van Loan, Matrix
+    Computations, 4th ed., §4.5.3, in its symmetric form):
+
+        L_0 = chol(D_0),   C_k = B_k L_{k−1}⁻ᵀ,   L_k = chol(D_k − C_k C_kᵀ)   (k ≥ 1),
+
+    then L y = b by y_k = L_k⁻¹(b_k − C_k y_{k−1}) and Lᵀx = y by
+    x_k = L_k⁻ᵀ(y_k − C_{k+1}ᵀ x_{k+1}). Each recursion is ONE ``lax.scan`` over the blocks,
+    so the program does not grow with the mechanism; a chain of loops costs K·O(m³).
+
+    On a CPU a tiny block operation costs its call overhead, about 1.5 µs per scan step: for
+    fourbars_40 (81 blocks of 8) 0.41 ms per factorisation and 0.27 ms per solve. Block cyclic
+    reduction (log₂K levels of operations batched over the blocks) solved in 0.06 ms but
+    factored in 0.86 ms (batched LAPACK calls loop over the blocks) and its rollout stepped
+    10 % slower (5.4 against 4.95 ms) and compiled in 37 s against 15 s (measured, float64,
+    2-core CPU): the sequential recursion is kept.
+
+    ``D``, ``B`` (K, *batch, m, m), batch-first per block (B_0 is not read). ``solve(b)``:
+    b (K, *batch, m) -> x, same layout."""
+
+    def __init__(self, D, B):
+        mt = lambda x: jnp.swapaxes(x, -1, -2)  # noqa: E731
+        self.batch = D.shape[1:-2]
+        l0 = jnp.linalg.cholesky(D[0])
+
+        def step(lp, db):
+            d, b = db
+            c = mt(jax.scipy.linalg.solve_triangular(lp, mt(b), lower=True))
+            lk = jnp.linalg.cholesky(d - c @ mt(c))
+            return lk, (lk, c)
+
+        _, (L, C) = jax.lax.scan(step, l0, (D[1:], B[1:]))
+        self.L = jnp.concatenate([l0[None], L])
+        self.C = jnp.concatenate([jnp.zeros_like(l0)[None], C])  # C_0: nothing above block 0
+        # pivots against S's own diagonal (rbjax/_engine/rank.py)
+        self.deficient = rank.any_deficient(
+            rank.deficient(
+                jnp.diagonal(self.L, axis1=-2, axis2=-1) ** 2,
+                jnp.diagonal(D, axis1=-2, axis2=-1),
+            )
+        )
+
+    def solve(self, b):
+        def fwd(yp, lcb):
+            lk, ck, bk = lcb
+            rhs = bk - (ck @ yp[..., None])[..., 0]
+            yk = jax.scipy.linalg.solve_triangular(lk, rhs[..., None], lower=True)[..., 0]
+            return yk, yk
+
+        _, y = jax.lax.scan(fwd, jnp.zeros_like(b[0]), (self.L, self.C, b))
+        # C_{k+1} beside block k (nothing below the last block)
+        c_next = jnp.concatenate([self.C[1:], jnp.zeros_like(self.C[:1])])
+
+        def bwd(xn, lcy):
+            lk, cn, yk = lcy
+            rhs = yk - (jnp.swapaxes(cn, -1, -2) @ xn[..., None])[..., 0]
+            xk = jax.scipy.linalg.solve_triangular(lk, rhs[..., None], lower=True, trans="T")
+            return xk[..., 0], xk[..., 0]
+
+        _, x = jax.lax.scan(bwd, jnp.zeros_like(b[0]), (self.L, c_next, y), reverse=True)
+        return x

@@ -23,10 +23,16 @@ same size for 2 or 256 joints; only the factorisation of S depends on the joint 
   over the levels of the spanning tree, loops closed by a Schur complement on their rows;
 * "block": the block-sparse Cholesky of S (rbjax/_engine/blockchol.py), unrolled joint by joint
   (its program grows with the joints): kept for the tiny systems in large batches where it
-  measurably wins, and for graphs with many loops.
+  measurably wins, and for graphs with many loops;
+* "banded": S ordered by the levels of the joint graph is block-tridiagonal
+  (:func:`~rbjax._engine.blockchol.level_groups`); its block Cholesky is one ``lax.scan`` over
+  the levels (:class:`~rbjax._engine.blockchol.BlockTridiagonal`), loops included: large
+  mechanisms in small batches, whatever their number of loops.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -36,8 +42,10 @@ from . import rank
 from .blockchol import (
     DENSE_MAX_BATCH,
     UNROLL_MAX_ROWS,
+    BlockTridiagonal,
     dense_assemble,
     factor,
+    level_groups,
     mm_t,
     prefers_dense,
 )
@@ -64,10 +72,51 @@ TREE_MAX_CLOSURES = 4
 DENSE_UNROLL_MAX_ROWS = 20
 
 
+# The block-tridiagonal factorisation ("banded") is used for the large mechanisms in small
+# batches when the widest level of the joint graph has at most this many equations (beyond, a
+# level's dense m × m Cholesky approaches the cost of the dense Cholesky of S). fourbars_40
+# (485 rows in 81 groups of at most 8), B = 1, Projected(RK4), 200 steps: the rollout compiled
+# in 15 s against 157 s and stepped in 4.95 ms against 10.1 ms with the block Cholesky of one
+# batched LAPACK call per joint block (its program: 27 879 jaxpr equations against 174 499);
+# 20 s of motion (20 000 steps) in 149 s wall against 430 s, the same joint residual (9.8e-13)
+# (benchmarks/elimination.py --linkage 40,20; 2-core CPU, float64).
+BANDED_MAX_WIDTH = 48
+
+
+class BandedLayout:
+    """Where each joint equation sits in the block-tridiagonal order of
+    :func:`~rbjax._engine.blockchol.level_groups` (numpy, once per topology): K groups padded
+    to m slots each; ``slot_row`` (K, m) the stacked row in each slot (R: padding, reads 0),
+    ``row_slot`` (R,) the flat slot of each row, ``pad`` (K, m) 1 on padding slots, ``body``
+    (2, K, m) the bodies of each slot's row (``nb`` for the ground and for padding)."""
+
+    def __init__(self, topology):
+        lay = row_layout(topology)
+        nb, off = topology.nb, lay.offsets
+        groups = level_groups(lay.body, off, nb)
+        rows = [
+            np.concatenate([np.arange(int(off[k]), int(off[k + 1])) for k in g]) for g in groups
+        ]
+        self.width = max(len(r) for r in rows)
+        self.slot_row = np.full((len(groups), self.width), lay.n, int)
+        for k, r in enumerate(rows):
+            self.slot_row[k, : len(r)] = r
+        self.row_slot = np.argsort(self.slot_row.ravel(), kind="stable")[: lay.n]
+        self.pad = (self.slot_row == lay.n).astype(float)
+        ext = np.concatenate([lay.body, np.full((2, 1), nb, int)], axis=1)
+        self.body = ext[:, self.slot_row]
+
+
+@functools.lru_cache(maxsize=64)
+def banded_layout(topology) -> BandedLayout:
+    return BandedLayout(topology)
+
+
 def method(topology, rows: int, batch: int) -> str:
     """How S λ = r is solved for ``rows`` joint equations and ``batch`` systems per call:
-    "dense" (one LAPACK Cholesky), "block" (block Cholesky of S, rbjax/_engine/blockchol.py) or
-    "tree" (elimination along the joint graph, rbjax/_engine/elimination.py).
+    "dense" (one LAPACK Cholesky), "block" (block Cholesky of S, rbjax/_engine/blockchol.py),
+    "banded" (block-tridiagonal in the joint graph's levels, the same module) or "tree"
+    (elimination along the joint graph, rbjax/_engine/elimination.py).
 
     Small batches are compile-bound (a rollout of a few systems runs for milliseconds and
     compiles for seconds): below DENSE_MAX_BATCH systems and up to DENSE_MAX_ROWS equations the
@@ -81,11 +130,16 @@ def method(topology, rows: int, batch: int) -> str:
     B = 1 above DENSE_MAX_ROWS the block Cholesky with one LAPACK call per block (64 links:
     1.8 ms per step against 5.8 ms for the elimination, whose levels are sequential scan
     steps of scalar operations with no batch to vectorise over; it compiles in 8 s against
-    15 s). Measured with benchmarks/elimination.py on a 2-core CPU, float64."""
+    15 s). Small batches above DENSE_MAX_ROWS whose joint graph has levels of at most
+    BANDED_MAX_WIDTH equations now take the block-tridiagonal factorisation ("banded", one
+    ``lax.scan`` whatever the number of loops; see BANDED_MAX_WIDTH), the block Cholesky
+    otherwise. Measured with benchmarks/elimination.py on a 2-core CPU, float64."""
     if FORCE_METHOD is not None:
         return FORCE_METHOD
     if prefers_dense(rows, batch):
         return "dense"
+    if batch < DENSE_MAX_BATCH and banded_layout(topology).width <= BANDED_MAX_WIDTH:
+        return "banded"
     if batch < DENSE_MAX_BATCH or rows <= UNROLL_MAX_ROWS:
         return "block"
     if len(schedule(topology).closures) > TREE_MAX_CLOSURES:
@@ -243,6 +297,56 @@ class SchurSystem:
                     blocks[(k, l)] = blk if (k, l) not in blocks else blocks[(k, l)] + blk
         return blocks
 
+    def _banded_blocks(self):
+        """The diagonal blocks D_k and sub-diagonal blocks B_k = S[k, k−1] of S in the order of
+        :class:`BandedLayout`, each (K, *batch, m, m): S_rs = Σ over the sides (α, β) of
+        W̃_α,r M⁻¹ W̃_β,sᵀ where the rows' bodies coincide (as :meth:`assemble`, on the
+        blocks only). Padding slots get D = 1 on the diagonal, B = 0."""
+        bl, nb = banded_layout(self.model.topology), self.model.nb
+        nbatch = len(self.batch)
+
+        def slots(x):  # (R, 7, ...) -> (K, m, 7, ...), padding reading zeros
+            x = jnp.concatenate([x, jnp.zeros((1,) + x.shape[1:], x.dtype)])
+            return x[bl.slot_row]
+
+        w = [slots(self.w[a]) for a in (0, 1)]
+        x = [slots(self._minv_rows(a)) for a in (0, 1)]
+        shift = lambda v: jnp.concatenate([jnp.zeros_like(v[:1]), v[:-1]])  # noqa: E731
+        prev = np.concatenate([np.full_like(bl.body[:, :1], nb), bl.body[:, :-1]], axis=1)
+        D = B = 0.0
+        for a in (0, 1):
+            for b in (0, 1):
+                for other, xb, body_b in ((False, x[b], bl.body[b]), (True, shift(x[b]), prev[b])):
+                    mask = (bl.body[a][:, :, None] == body_b[:, None, :]) & (
+                        bl.body[a][:, :, None] < nb
+                    )
+                    if not mask.any():
+                        continue
+                    prod = jnp.einsum("kic...,kjc...->kij...", w[a], xb)
+                    term = prod * jnp.asarray(mask, prod.dtype).reshape(mask.shape + (1,) * nbatch)
+                    if other:
+                        B = B + term
+                    else:
+                        D = D + term
+        eye = np.eye(bl.width)[None] * bl.pad[:, :, None]
+        D = D + jnp.asarray(eye.reshape(eye.shape + (1,) * nbatch), self.w[0].dtype)
+        B = jnp.broadcast_to(B, jnp.shape(D))
+        return jnp.moveaxis(D, (1, 2), (-2, -1)), jnp.moveaxis(B, (1, 2), (-2, -1))
+
+    def _banded_solve(self, fac: BlockTridiagonal):
+        """S⁻¹ r for stacked r (R, ...) with the block-tridiagonal factor: the rows gathered
+        into the slots of :class:`BandedLayout` and back."""
+        bl = banded_layout(self.model.topology)
+
+        def solve(r):
+            rp = jnp.concatenate([r, jnp.zeros((1,) + r.shape[1:], r.dtype)])
+            rs = jnp.moveaxis(rp[bl.slot_row], 1, -1)  # (K, *batch, m)
+            bshape = rs.shape[:1] + jnp.broadcast_shapes(rs.shape[1:-1], fac.batch) + rs.shape[-1:]
+            xs = jnp.moveaxis(fac.solve(jnp.broadcast_to(rs, bshape)), -1, 1)
+            return xs.reshape((-1,) + xs.shape[2:])[bl.row_slot]
+
+        return solve
+
     def _elimination(self) -> TreeSchur:
         if not hasattr(self, "_tree"):
             model, batch, nb = self.model, self.batch, self.model.nb
@@ -294,6 +398,14 @@ class SchurSystem:
 
             def assemble():
                 return S
+
+        elif self.method == "banded":
+            fac = BlockTridiagonal(*self._banded_blocks())
+            bad = fac.deficient
+            fast = self._banded_solve(fac)
+
+            def assemble():
+                return jnp.moveaxis(self.assemble(), (0, 1), (-2, -1))
 
         else:
             if self.method == "tree":
