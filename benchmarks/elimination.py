@@ -164,9 +164,11 @@ def linkage(k: int, t_end: float, dt: float) -> dict:
     import models
 
     import rbjax
+    from rbjax._engine import schur
 
     t0 = time.perf_counter()
     model, state = models.build(f"fourbars_{k}")
+    build_s = time.perf_counter() - t0  # the model and rbjax.assemble of its initial state
     n = round(t_end / dt)
     every = max(1, n // 200)
     tr = rbjax.rollout(
@@ -186,6 +188,8 @@ def linkage(k: int, t_end: float, dt: float) -> dict:
         "rows": sum(model.joint_rows),
         "batch": 1,
         "method": "Projected(RK4)",
+        "chosen": schur.method(model.topology, sum(model.joint_rows), 1),
+        "build_s": build_s,
         "steps": n,
         "dt": dt,
         "wall_s": wall_s,
