@@ -27,7 +27,7 @@ from ._analysis.checks import check_mechanism_state, input_violations, model_rul
 from ._body import validate_inertia, validate_mass
 from ._engine import rank
 from ._engine.layout import to_components
-from ._engine.monitors import Spec
+from ._engine.monitors import Spec, cheaply_compiled
 from ._engine.rollout import _WORK, DEFAULT_CHUNK, chunked, integrate, watch
 from ._errors import check_declared, is_concrete, validates_inputs
 from ._gradient_guard import guard_inputs, guard_output
@@ -566,7 +566,7 @@ def _joint_rollout(
     )
 
 
-@eqx.filter_jit
+@cheaply_compiled
 def _monitored(traj: Trajectory, model, spec: Spec, save_every: int, h) -> Trajectory:
     """The plausibility monitors of a finished rollout (rbjax/_engine/monitors.py). For a
     model with work, ``traj.monitors`` holds what its loop accumulated (W, A and P at the

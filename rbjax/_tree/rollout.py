@@ -24,6 +24,7 @@ from jax.core import Tracer
 from jaxtyping import Array, Float, Int
 
 from .._engine.measures import Natural
+from .._engine.monitors import cheaply_compiled
 from .._engine.rollout import _WORK, DEFAULT_CHUNK, chunked, integrate
 from .._errors import check_finite, is_concrete
 from .._gradient_guard import GuardedSteps, guard_inputs, guard_output
@@ -357,7 +358,7 @@ def _run(
     )
 
 
-@eqx.filter_jit
+@cheaply_compiled
 def _monitored(traj: JointTrajectory, model, spec, save_every: int, h) -> JointTrajectory:
     """The plausibility monitors of a finished rollout (rbjax/_tree/monitors.py): a system
     becomes implausible where it had not failed, or had failed only later; ``monitors``
