@@ -12,13 +12,24 @@ evaluation per step (issue 36). RK4, float64, dt = 1e-3.
 
     python benchmarks/monitors.py --json benchmarks/results/monitors_cpu.json [--repeats 5]
         [--only arm7_mjcf]
+
+``--first-call`` measures instead what a user waits for on the first rollout of a process:
+a fresh interpreter per sample (trace, compile and run of a 100-step RK4 rollout, dt = 1e-3,
+B = 1), with the default monitors and with ``monitors=None``, the samples interleaved and
+their median reported (the monitors' own program is compiled with cheap XLA options,
+rbjax/_engine/monitors.py ``CHEAP``). Models: the double pendulum and arm7 in joint
+coordinates, the double pendulum and the four-bar in maximal coordinates.
+
+    python benchmarks/monitors.py --first-call [--repeats 3] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -80,12 +91,67 @@ def run_case(name, batch, steps, save_every, monitors, repeats):
     }
 
 
+FIRST_CALL = (
+    ("double_pendulum", "joint"),
+    ("arm7", "joint"),
+    ("double_pendulum", "maximal"),
+    ("four_bar", "maximal"),
+)
+
+
+def first_call_one(name: str, coordinates: str, monitors: str) -> float:
+    """Seconds from the rollout call to its result, in this (fresh) process."""
+    path = os.path.join(os.path.dirname(ARM), f"{name}.xml")
+    joint = coordinates == "joint"
+    formulation = rbjax.JointCoordinates() if joint else rbjax.ScalableDAE()
+    loaded = rbjax.load(path, formulation=formulation)
+    kw = {} if monitors == "default" else {"monitors": None}
+    start = time.perf_counter()
+    traj = rbjax.rollout(loaded.model, loaded.state, 1e-3, 100, **kw)
+    jax.block_until_ready(traj.result)
+    return time.perf_counter() - start
+
+
+def first_calls(repeats: int) -> list[dict]:
+    """Medians of ``repeats`` fresh processes per row, with and without monitors interleaved."""
+    records = []
+    print(f"{'problem':<16} {'coordinates':>11} {'monitors':>9} {'first call s':>13}")
+    for name, coordinates in FIRST_CALL:
+        samples = {"default": [], "none": []}
+        for _ in range(repeats):
+            for monitors in samples:
+                cmd = [sys.executable, __file__, "--first-call-one", name, coordinates, monitors]
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+                samples[monitors].append(float(out.split()[-1]))
+        for monitors, values in samples.items():
+            median = float(np.median(values))
+            print(f"{name:<16} {coordinates:>11} {monitors:>9} {median:>13.2f}")
+            records.append(
+                {
+                    "problem": name,
+                    "coordinates": coordinates,
+                    "monitors": monitors,
+                    "first_call_s": median,
+                    "samples_s": values,
+                }
+            )
+    return records
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--only", default=None, help="one problem of the table")
+    parser.add_argument("--first-call", action="store_true", help="first-call rows (module doc)")
+    parser.add_argument("--first-call-one", nargs=3, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.first_call_one:
+        print(first_call_one(*args.first_call_one))
+        return
+    if args.first_call:
+        write_records(first_calls(args.repeats), args.json)
+        return
     records = []
     print(f"{'problem':<12} {'B':>5} {'save':>5} {'monitors':>9} {'compile s':>10} {'run s':>9}")
     for name, batch, steps in CASES:
