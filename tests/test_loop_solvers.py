@@ -235,3 +235,23 @@ def test_banded_works_in_float32():
         assert_close(
             np.asarray(a, np.float64) / scale, b / scale, rtol=0, atol=max(2 * err_dense, 1e-5)
         )
+
+
+def test_joint_rows_traced_once_per_type(monkeypatch):
+    """rbjax.Model counts each joint's equations by tracing its residual (55 ms a joint): rbjax's
+    fixed-size joints share one trace per type, and what it returns is each residual's length;
+    a CustomConstraint (the user's function) is still traced on its own."""
+    import rbjax._model as model_module
+
+    calls = []
+    trace = model_module._trace_rows
+    monkeypatch.setattr(model_module, "_ROWS", {})
+    monkeypatch.setattr(model_module, "_trace_rows", lambda j, d: calls.append(j) or trace(j, d))
+    model, _ = fourbars(4)  # 5 revolute, 4 spherical and 4 universal joints
+    assert len(calls) == 3
+    q = jnp.tile(jnp.asarray([0.1, 0.2, 0.3, 1.0, 0.0, 0.0, 0.0]), (2, 1))
+    lengths = [j.residual(q[0], q[1], 0.0).shape[0] for j in model.joints]
+    assert model.topology.joint_rows == tuple(lengths)
+    custom = rbjax.CustomConstraint(lambda qi, qj, t, p: qi[:2] - qj[:2], 0, 1, name="c")
+    two = rbjax.Model([rbjax.Body(1.0, ROD), rbjax.Body(1.0, ROD)], joints=[custom, custom])
+    assert len(calls) == 5 and two.topology.joint_rows == (2, 2)
