@@ -287,7 +287,7 @@ def rbjax_problem(prob: Problem, times, y, joint: bool = False):
             fh.write(prob.xml)
         with warnings.catch_warnings():  # "sensors [...] are NOT simulated": we observe them
             warnings.filterwarnings("ignore", message=".*no rbjax counterpart.*")
-            formulation = rbjax.JointCoordinates() if joint else None
+            formulation = rbjax.JointCoordinates() if joint else rbjax.ScalableDAE()
             loaded = rbjax.load(
                 path, qpos=list(prob.qpos), qvel=list(prob.qvel), formulation=formulation
             )

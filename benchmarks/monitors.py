@@ -55,7 +55,7 @@ ARM = os.path.join(
 
 def _build(name):
     if name == "arm7_mjcf":  # MuJoCo's compiler (the optional mujoco extra) reads the file
-        loaded = rbjax.load(ARM)
+        loaded = rbjax.load(ARM, formulation=rbjax.ScalableDAE())
         return loaded.model, loaded.state
     return models.build(name)
 

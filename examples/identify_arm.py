@@ -55,7 +55,9 @@ RATE, NOISE, TORQUE_RATE = 100.0, 5e-4, 200.0  # Hz, rad, Hz
 def _arm():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # nothing to replace: the file has no actuators
-        loaded = rbjax.load(os.path.join(HERE, "models", "double_pendulum.xml"))
+        loaded = rbjax.load(
+            os.path.join(HERE, "models", "double_pendulum.xml"), formulation=rbjax.ScalableDAE()
+        )
     bare = eqx.tree_at(lambda m: m.forces, loaded.model, ())
     return bare, rbjax.JointSpace(bare)
 

@@ -1,12 +1,14 @@
 """Load a robot from MJCF, check it against MuJoCo, and track a trajectory by computed torque.
 
 The 7-DOF arm of ``examples/models/arm7.xml`` is loaded with ``rbjax.load`` (MuJoCo's compiler
-reads the file; rbjax maps it onto maximal coordinates). Checked:
+reads the file; its joints form a tree, so rbjax loads it in joint coordinates by default: an
+:class:`rbjax.JointModel` whose state is MuJoCo's qpos/qvel). Checked:
 
 * **side by side with MuJoCo** (if the ``mujoco`` package is installed): the loaded model with
   its joint damping, spring, motors and servos, released from a perturbed pose, against
   MuJoCo's own RK4 at the same step: the largest difference of the joint angles;
-* **computed-torque control** through :class:`rbjax.JointSpace`: the model's own force
+* **computed-torque control** in maximal coordinates (the same file loaded with
+  ``formulation=rbjax.ScalableDAE()``) through :class:`rbjax.JointSpace`: the model's own force
   elements are removed and :class:`rbjax.JointForces` applies
   τ = M(q)(q̈_d + K_p e + K_d ė) + C(q, q̇)q̇ + g(q), which cancels the dynamics exactly, so
   every joint's error e = q_d − q obeys ë + 2ω ė + ω² e = 0 (K_p = ω², K_d = 2ω), whose
@@ -52,7 +54,7 @@ def side_by_side(path, t_end, dt, checks):
     rng = np.random.default_rng(0)
     qpos = m.qpos0 + rng.uniform(-0.3, 0.3, m.nq)
     qvel = rng.uniform(-0.3, 0.3, m.nv)
-    loaded = rbjax.load(path, qpos=qpos, qvel=qvel)
+    loaded = rbjax.load(path, qpos=qpos, qvel=qvel)  # joint coordinates: a tree
     m.opt.timestep, m.opt.integrator = dt, mujoco.mjtIntegrator.mjINT_RK4
     d = mujoco.MjData(m)
     d.qpos[:], d.qvel[:] = qpos, qvel
@@ -60,8 +62,7 @@ def side_by_side(path, t_end, dt, checks):
     for _ in range(n):
         mujoco.mj_step(m, d)
     traj = rbjax.rollout(loaded.model, loaded.state, dt, n, integrator=rbjax.RK4(), save_every=n)
-    last = rbjax.State(t=traj.t[-1], q=traj.q[-1], u=traj.u[-1])
-    angles = np.asarray(rbjax.JointSpace(loaded.model).positions(last))
+    angles = np.asarray(traj.qpos[-1])  # MuJoCo's qpos
     diff = np.mod(angles - d.qpos + np.pi, 2 * np.pi) - np.pi
     checks.check(
         "mujoco", f"joint angles vs MuJoCo RK4 after {t_end:g} s", np.abs(diff).max(), 1e-6
@@ -71,7 +72,7 @@ def side_by_side(path, t_end, dt, checks):
 def computed_torque(path, t_end, dt, checks, plot):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the model's elements are replaced below
-        loaded = rbjax.load(path)
+        loaded = rbjax.load(path, formulation=rbjax.ScalableDAE())
     bare = eqx.tree_at(lambda m: m.forces, loaded.model, ())
     js = rbjax.JointSpace(bare)
     nv = js.nv

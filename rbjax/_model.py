@@ -357,7 +357,7 @@ def require_model(model, field: str = "model") -> None:
         "Body": "wrap it: rbjax.Model(body, gravity=...)",
         "Loaded": "pass loaded.model (and loaded.state)",
         "JointModel": "this function works on maximal coordinates for now: load the file "
-        "with rbjax.load(path) (the default formulation)",
+        "in maximal coordinates: rbjax.load(path, formulation=rbjax.ScalableDAE())",
     }.get(type(model).__name__, "build one with rbjax.Model(bodies, ...)")
     raise ValueError(f"{field} = {type(model).__name__} is not an rbjax.Model. Fix: {hint}.")
 

@@ -41,7 +41,7 @@ def runs(tmp_path_factory):
     model file with two other bodies."""
     d = tmp_path_factory.mktemp("animate")
     xml = str(MODELS / "double_pendulum.xml")
-    dp = rbjax.load(xml)
+    dp = rbjax.load(xml, formulation=rbjax.ScalableDAE())
     angles = np.stack([np.linspace(1.0, 0.0, 11), np.linspace(-0.5, 1.0, 11)], axis=-1)
     q = np.stack([np.asarray(dp.source.state(qpos).q) for qpos in angles])
     toml, other = str(d / "double_pendulum.toml"), str(d / "other.toml")
@@ -165,7 +165,7 @@ def test_geoms_and_joints_sit_where_mujoco_puts_them(tmp_path):
     plane neither leaves the axis limits nor widens them."""
     path = tmp_path / "boxes.xml"
     path.write_text(BOXES)
-    loaded = rbjax.load(str(path))
+    loaded = rbjax.load(str(path), formulation=rbjax.ScalableDAE())
     m = loaded.source.mjmodel
     d = mujoco.MjData(m)
     rng = np.random.default_rng(0)

@@ -342,7 +342,7 @@ def test_joint_coordinates_and_maximal_coordinates_give_the_same_motion(name, to
     RK4 to 5e-15 at both steps; 5.7e-13 on the double pendulum."""
     q, v, dt = _start(name, 5)
     steps, every = _SHORT
-    maximal = rbjax.load(MODELS / name, qpos=q, qvel=v)
+    maximal = rbjax.load(MODELS / name, qpos=q, qvel=v, formulation=rbjax.ScalableDAE())
     joint = rbjax.rollout(
         _loaded_tree(name), rbjax.JointState(0.0, q, v), dt, steps, save_every=every
     )
@@ -582,12 +582,12 @@ def test_float32_rollout_follows_float64():
 
 def test_loading_a_file_the_maximal_loader_refuses():
     """MuJoCo's MJX humanoid has two and three hinges on one body (ankles, hips, shoulders):
-    the default (maximal-coordinate) loader refuses it ("has no exact rbjax joint"), while
-    formulation=JointCoordinates() loads it with MuJoCo's qpos/qvel as the state, its
+    the maximal-coordinate loader refuses it ("has no exact rbjax joint"), while joint
+    coordinates (the default for a tree, or formulation=JointCoordinates()) load it with MuJoCo's qpos/qvel as the state, its
     timestep, and a warning naming what is not simulated (contacts, joint limits)."""
     path = DATA / "mujoco_humanoid.xml"
     with pytest.raises(ValueError, match="has no exact rbjax joint") as err:
-        rbjax.load(path)
+        rbjax.load(path, formulation=rbjax.ScalableDAE())
     assert "Fix:" in str(err.value)
     with pytest.warns(UserWarning, match="contacts") as caught:
         loaded = rbjax.load(path, formulation=rbjax.JointCoordinates())
@@ -692,7 +692,7 @@ def test_implicit_fast_runs_stiff_servos_at_their_timestep_as_mujoco_does(tmp_pa
 
 
 def test_implicit_fast_is_refused_by_maximal_coordinates():
-    L = rbjax.load(MODELS / "double_pendulum.xml")
+    L = rbjax.load(MODELS / "double_pendulum.xml", formulation=rbjax.ScalableDAE())
     with pytest.raises(ValueError, match="ImplicitFast.*joint coordinates only.*Fix:"):
         rbjax.rollout(L.model, L.state, 1e-3, 2, integrator=rbjax.ImplicitFast())
 
@@ -704,7 +704,10 @@ def test_analyses_on_maximal_coordinates_refuse_a_joint_model_by_name(tmp_path):
     L = rbjax.load(MODELS / "double_pendulum.xml", formulation=rbjax.JointCoordinates())
     # a maximal State of the same file: the state arguments pass their type checks, so that
     # what is refused is the model
-    m, s = L.model, rbjax.load(MODELS / "double_pendulum.xml").state
+    m, s = (
+        L.model,
+        rbjax.load(MODELS / "double_pendulum.xml", formulation=rbjax.ScalableDAE()).state,
+    )
     calls = {
         "rbjax.change_points": lambda: rbjax.change_points(m, s),
         "rbjax.gradient_health": lambda: rbjax.gradient_health(

@@ -59,7 +59,9 @@ def test_four_bar_moves_and_pulls_as_in_maximal_coordinates():
     coupler, the redundant out-of-plane row carries no force (minimum norm), the loop stays
     closed to 1e-7 m, and the energy of this conservative mechanism is kept to 1e-8."""
     path = MODELS / "four_bar.xml"
-    maximal = _quiet_load(path, qpos=[0.3, -0.2, 0.1], qvel=[2.0, 0.0, 0.0])
+    maximal = _quiet_load(
+        path, qpos=[0.3, -0.2, 0.1], qvel=[2.0, 0.0, 0.0], formulation=rbjax.ScalableDAE()
+    )
     q, v = _joint_coordinates_of(maximal)
     jm = rbjax.load(path, formulation=rbjax.JointCoordinates()).model
     assert [type(e).__name__ for e in jm.equalities] == ["Connect"]
@@ -179,7 +181,7 @@ def test_joint_reactions_equal_maximal_reactions(name, qpos, qvel):
         qpos, qvel = q0, v0
         del d
     ctrl = rng.uniform(-1.0, 1.0, m.nu) if m.nu else None
-    maximal = _quiet_load(path, qpos=qpos, qvel=qvel, control=ctrl)
+    maximal = _quiet_load(path, qpos=qpos, qvel=qvel, control=ctrl, formulation=rbjax.ScalableDAE())
     q, v = _joint_coordinates_of(maximal)
     joint = _quiet_load(path, qpos=q, qvel=v, control=ctrl, formulation=rbjax.JointCoordinates())
     mine = rbjax.reactions(joint.model, joint.state)
@@ -244,7 +246,7 @@ def test_connects_and_welds_match_maximal_reactions_and_mujoco():
         warnings.simplefilter("ignore")
         jm, _, _, _ = build_tree_from_mujoco(m, formulation=rbjax.JointCoordinates())
         xml = DATA / "mjx_constraints.xml"
-        maximal = rbjax.load(xml, qvel=m.key_qvel[0])
+        maximal = rbjax.load(xml, qvel=m.key_qvel[0], formulation=rbjax.ScalableDAE())
     kinds = {e.name: type(e).__name__ for e in jm.equalities}
     assert kinds == {
         "c_site": "Connect",

@@ -40,7 +40,7 @@ TOP = """<mujoco model="top"><option gravity="0 0 -9.81" integrator="RK4" timest
 def arm(tmp_path_factory):
     path = tmp_path_factory.mktemp("arm") / "arm3.xml"
     path.write_text(ARM)
-    maximal = rbjax.load(path)
+    maximal = rbjax.load(path, formulation=rbjax.ScalableDAE())
     joint = rbjax.load(path, formulation=rbjax.JointCoordinates())
     return maximal, joint
 
@@ -135,7 +135,7 @@ def test_residuals_of_identify_match_maximal_coordinates_with_delays_and_masks()
     equals the maximal model's from the mapped initial state: the two engines integrate the
     same motion (RK4, dt = 1e-3; their discretisations differ by ~1e-11 over 0.1 s)."""
     path = "examples/models/double_pendulum.xml"
-    maximal = rbjax.load(path)
+    maximal = rbjax.load(path, formulation=rbjax.ScalableDAE())
     joint = rbjax.load(path, formulation=rbjax.JointCoordinates())
     qpos, qvel = np.array([0.7, -1.1]), np.array([2.0, -3.0])
     s_joint = rbjax.JointState(0.0, qpos, qvel)

@@ -359,7 +359,7 @@ def test_both_formulations_give_the_same_energies_and_momenta():
     path = MODELS / "humanoid.xml"
     m = _mujoco_model(path)
     q, v = _random_state(m, np.random.default_rng(8))
-    maximal = rbjax.load(path, qpos=q, qvel=v)
+    maximal = rbjax.load(path, qpos=q, qvel=v, formulation=rbjax.ScalableDAE())
     joint = rbjax.load(path, qpos=q, qvel=v, formulation=rbjax.JointCoordinates())
     energies_max, momenta_max = _invariants(maximal.model, maximal.state)
     energies, momenta = _invariants(joint.model, joint.state)
@@ -385,7 +385,9 @@ def test_float32_invariants_follow_float64():
 
 def test_invariants_refuse_a_state_of_the_other_formulation_by_name():
     L = rbjax.load(MODELS / "double_pendulum.xml", formulation=rbjax.JointCoordinates())
-    maximal_state = rbjax.load(MODELS / "double_pendulum.xml").state
+    maximal_state = rbjax.load(
+        MODELS / "double_pendulum.xml", formulation=rbjax.ScalableDAE()
+    ).state
     with pytest.raises(
         ValueError,
         match="rbjax.kinetic_energy: the model is a JointModel but the state is a State.*Fix:",

@@ -46,7 +46,7 @@ def _quat_equal_up_to_sign(a, b):
 def _side_by_side(path, qpos, qvel, ctrl=None, dt=1e-3, t_end=1.0, every=100):
     """Errors (position, orientation, joint coordinates, velocities) of rbjax against MuJoCo
     RK4 at the same step, at every ``every``-th step over ``t_end``."""
-    loaded = rbjax.load(path, qpos=qpos, qvel=qvel, control=ctrl)
+    loaded = rbjax.load(path, qpos=qpos, qvel=qvel, control=ctrl, formulation=rbjax.ScalableDAE())
     m = loaded.source.mjmodel
     m.opt.timestep = dt
     m.opt.integrator = mujoco.mjtIntegrator.mjINT_RK4
@@ -171,7 +171,7 @@ def test_four_bar_closed_by_equality_is_exact_where_mujoco_is_soft():
     1 s."""
     path = MODELS / "four_bar.xml"
     with pytest.warns(UserWarning, match="violates the loop closures"):
-        loaded = rbjax.load(path, qvel=[2.0, 0.0, 0.0])
+        loaded = rbjax.load(path, qvel=[2.0, 0.0, 0.0], formulation=rbjax.ScalableDAE())
     assert isinstance(loaded.model.formulation, rbjax.ScalableDAE)
     assert rbjax.mobility(loaded.model, loaded.state).redundant == ("loop[row 1]",)
     m = loaded.source.mjmodel
@@ -207,7 +207,7 @@ def test_composite_bodies_and_state_map_conserve_momentum_and_mass():
     for name in ("arm7.xml", "humanoid.xml"):
         m = mujoco.MjModel.from_xml_path(str(MODELS / name))
         qpos, qvel = _random_qpos(m, rng), rng.uniform(-1, 1, m.nv)
-        loaded = rbjax.load(MODELS / name, qpos=qpos, qvel=qvel)
+        loaded = rbjax.load(MODELS / name, qpos=qpos, qvel=qvel, formulation=rbjax.ScalableDAE())
         d = mujoco.MjData(m)
         d.qpos[:], d.qvel[:] = qpos, qvel
         mujoco.mj_forward(m, d)
@@ -279,7 +279,7 @@ def test_joint_space_matches_mujoco_kinematics_jacobian_mass_matrix_and_bias(tre
     rng = np.random.default_rng(11)
     m = mujoco.MjModel.from_xml_path(str(tree_path))
     qpos, qvel = _random_qpos(m, rng), rng.uniform(-1, 1, m.nv)
-    loaded = rbjax.load(tree_path, qpos=qpos, qvel=qvel)
+    loaded = rbjax.load(tree_path, qpos=qpos, qvel=qvel, formulation=rbjax.ScalableDAE())
     js = rbjax.JointSpace(loaded.model)
     kinds = [c[1] for c in js.coordinates]
     assert kinds == ["free", "universal", "spherical", "revolute", "prismatic"]
@@ -369,7 +369,7 @@ def test_unsupported_elements_are_named_in_one_warning_or_error(tmp_path):
     path = tmp_path / "unsupported.xml"
     path.write_text(UNSUPPORTED)
     with pytest.warns(UserWarning) as record:
-        loaded = rbjax.load(path)
+        loaded = rbjax.load(path, formulation=rbjax.ScalableDAE())
     assert len(record) == 1
     text = str(record[0].message)
     for needle in (
@@ -389,7 +389,7 @@ def test_unsupported_elements_are_named_in_one_warning_or_error(tmp_path):
     with pytest.raises(
         ValueError, match=r"element\(s\) of the MuJoCo model have no rbjax counterpart"
     ):
-        rbjax.load(path, unsupported="error")
+        rbjax.load(path, unsupported="error", formulation=rbjax.ScalableDAE())
 
 
 @pytest.mark.parametrize(
@@ -416,7 +416,7 @@ def test_models_the_loader_cannot_map_raise_naming_the_body(tmp_path, xml, match
         f'<mujoco><option><flag contact="disable"/></option><worldbody>{xml}</worldbody></mujoco>'
     )
     with pytest.raises(ValueError, match=match):
-        rbjax.load(path)
+        rbjax.load(path, formulation=rbjax.ScalableDAE())
 
 
 def test_bad_arguments_raise_naming_the_fix(tmp_path):
@@ -429,13 +429,15 @@ def test_bad_arguments_raise_naming_the_fix(tmp_path):
         "<mujoco><worldbody><body><joint type='hinge'/></worldbody></mujoco>"
     )
     with pytest.raises(ValueError, match="MuJoCo cannot compile"):
-        rbjax.load(tmp_path / "broken.xml")
+        rbjax.load(tmp_path / "broken.xml", formulation=rbjax.ScalableDAE())
     with pytest.raises(ValueError, match=r"qpos = .* has shape \(3,\).*size 2"):
-        rbjax.load(MODELS / "double_pendulum.xml", qpos=[0.0, 0.0, 0.0])
+        rbjax.load(
+            MODELS / "double_pendulum.xml", qpos=[0.0, 0.0, 0.0], formulation=rbjax.ScalableDAE()
+        )
     with pytest.raises(ValueError, match=r"control = \[1.\] has shape \(1,\), not \(2,\)"):
-        rbjax.load(MODELS / "cart_pole.xml", control=[1.0])
+        rbjax.load(MODELS / "cart_pole.xml", control=[1.0], formulation=rbjax.ScalableDAE())
     with pytest.raises(ValueError, match="is not a policy"):
-        rbjax.load(MODELS / "cart_pole.xml", unsupported="ignore")
+        rbjax.load(MODELS / "cart_pole.xml", unsupported="ignore", formulation=rbjax.ScalableDAE())
 
 
 WELD = """
@@ -467,7 +469,7 @@ def test_weld_to_world_and_site_connect_hold_exactly(tmp_path):
     their accelerations vanish."""
     path = tmp_path / "weld.xml"
     path.write_text(WELD)
-    loaded = rbjax.load(path)
+    loaded = rbjax.load(path, formulation=rbjax.ScalableDAE())
     kinds = [type(j).__name__ for j in loaded.model.joints]
     assert kinds == ["Revolute", "Fixed", "Spherical"]
     udot, _ = jax.jit(rbjax.accelerations)(loaded.model, loaded.state)
@@ -502,7 +504,7 @@ def test_joint_forces_do_the_work_of_their_joint_torques(tree_path):
     """JointForces' wrenches are the dual of JointSpace's velocities: their power on any
     admissible motion (from random joint velocities) is τᵀq̇ (free, universal, spherical,
     revolute and prismatic shares), so they act on the dynamics as MuJoCo's qfrc_applied."""
-    loaded = rbjax.load(tree_path)
+    loaded = rbjax.load(tree_path, formulation=rbjax.ScalableDAE())
     model = loaded.model
     js = rbjax.JointSpace(model)
     rng = np.random.default_rng(8)
@@ -528,7 +530,7 @@ def test_time_varying_controls_reach_each_actuator():
     """control=ControlSequence((n, nu)): every actuator reads its own column (MuJoCo's ctrl
     order), clamped to its ctrlrange."""
     seq = rbjax.ControlSequence([[0.5, 0.1], [2.0, -0.3], [-0.2, 0.4]], dt=0.1)
-    loaded = rbjax.load(MODELS / "cart_pole.xml", control=seq)
+    loaded = rbjax.load(MODELS / "cart_pole.xml", control=seq, formulation=rbjax.ScalableDAE())
     acts = {f.actuator.name: f.actuator for f in loaded.model.forces if f.actuator is not None}
     assert sorted(acts) == ["push", "servo"]
     for t, (push, servo) in ((0.05, (0.5, 0.1)), (0.15, (1.0, -0.3)), (0.25, (-0.2, 0.4))):
@@ -543,7 +545,7 @@ def test_loads_in_float32_when_jax_runs_in_float32():
     code = (
         "import warnings; warnings.simplefilter('ignore'); import rbjax\n"
         "for f in ('arm7.xml', 'humanoid.xml'):\n"
-        f"    m = rbjax.load(r'{MODELS}/' + f)\n"
+        f"    m = rbjax.load(r'{MODELS}/' + f, formulation=rbjax.ScalableDAE())\n"
         "    print(f, m.model.mass.dtype, m.state.q.dtype)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}
@@ -563,11 +565,49 @@ def test_load_with_a_dtype_converts_the_model_too():
     """load(dtype=float32) used to convert only the state, so the rollout mixed a float64 model
     with a float32 state (now refused: one computation, one dtype). The model comes in the
     requested dtype and its rollout follows the float64 one to float32 accuracy."""
-    l32 = rbjax.load(MODELS / "arm7.xml", dtype=jnp.float32)
-    l64 = rbjax.load(MODELS / "arm7.xml")
+    l32 = rbjax.load(MODELS / "arm7.xml", dtype=jnp.float32, formulation=rbjax.ScalableDAE())
+    l64 = rbjax.load(MODELS / "arm7.xml", formulation=rbjax.ScalableDAE())
     leaves = [x for x in jax.tree.leaves(l32.model) if eqx.is_array(x)]
     assert all(x.dtype == jnp.float32 for x in leaves if jnp.issubdtype(x.dtype, jnp.floating))
     assert l32.state.q.dtype == jnp.float32
     tr32 = rbjax.rollout(l32.model, l32.state, 1e-3, 50, save_every=50)
     tr64 = rbjax.rollout(l64.model, l64.state, 1e-3, 50, save_every=50)
     assert np.max(np.abs(np.asarray(tr32.q, np.float64) - np.asarray(tr64.q))) < 1e-4
+
+
+def test_the_default_coordinates_follow_the_file():
+    """rbjax.load without a formulation: a file whose joints form a tree loads in joint
+    coordinates (MuJoCo's qpos/qvel, the state MuJoCo's keyframe-free qpos0), a file whose
+    connect equality closes a loop in maximal coordinates; a maximal formulation or
+    JointCoordinates() asks for the other; MuJoCo's MJX humanoid (several hinges on one body,
+    which maximal coordinates refuse) loads by default, with one warning naming what is not
+    simulated."""
+    mujoco = pytest.importorskip("mujoco")
+    tree = MODELS / "double_pendulum.xml"
+    loaded = rbjax.load(tree)
+    assert isinstance(loaded.model, rbjax.JointModel) and loaded.coordinates == "joint"
+    m = mujoco.MjModel.from_xml_path(str(tree))
+    np.testing.assert_array_equal(np.asarray(loaded.state.qpos), m.qpos0)
+    maximal = rbjax.load(tree, formulation=rbjax.NewtonEuler())
+    assert isinstance(maximal.model, rbjax.Model) and maximal.coordinates == "maximal"
+    assert isinstance(maximal.model.formulation, rbjax.NewtonEuler)
+    loop = rbjax.load(MODELS / "four_bar.xml")
+    assert isinstance(loop.model, rbjax.Model) and loop.coordinates == "maximal"
+    closed = rbjax.load(MODELS / "four_bar.xml", formulation=rbjax.JointCoordinates())
+    assert isinstance(closed.model, rbjax.JointModel) and len(closed.model.equalities) == 1
+    with pytest.raises(ValueError, match="joint coordinates.*Fix:.*ScalableDAE"):
+        loaded.joint_space()
+    with pytest.raises(ValueError, match=r"formulation=rbjax.ScalableDAE\(\)"):
+        rbjax.save("m.toml", loaded.model, None)
+    humanoid = pathlib.Path(__file__).parent / "data" / "mujoco_humanoid.xml"
+    for formulation in (None, rbjax.ScalableDAE()):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                got = rbjax.load(humanoid, formulation=formulation)
+            except ValueError as err:  # maximal coordinates: several hinges on one body
+                assert formulation is not None and "has no exact rbjax joint" in str(err)
+                continue
+        assert isinstance(got.model, rbjax.JointModel)
+        notes = [w for w in caught if "NOT simulated" in str(w.message)]
+        assert len(notes) == 1, [str(w.message) for w in caught]

@@ -535,8 +535,11 @@ def test_urdf_with_package_meshes_loads_without_them_with_the_same_dynamics(tmp_
     lines = [ln for ln in PACKAGE_URDF.splitlines() if "<mesh " not in ln]
     plain.write_text("\n".join(lines))
     with pytest.raises(ValueError, match="package://arm_description/.*meshes=False"):
-        rbjax.load(urdf)
-    bare, ref = rbjax.load(urdf, meshes=False), rbjax.load(plain)
+        rbjax.load(urdf, formulation=rbjax.ScalableDAE())
+    bare, ref = (
+        rbjax.load(urdf, meshes=False, formulation=rbjax.ScalableDAE()),
+        rbjax.load(plain, formulation=rbjax.ScalableDAE()),
+    )
     assert bare.model.names == ref.model.names == ("upper",)
     np.testing.assert_array_equal(np.asarray(bare.model.mass), [1.25])
     np.testing.assert_array_equal(np.asarray(bare.model.inertia), np.asarray(ref.model.inertia))
@@ -555,15 +558,20 @@ def test_meshes_false_is_refused_where_the_meshes_carry_mass(tmp_path):
     mesh goes and the inertial stays (2 kg)."""
     (tmp_path / "m.xml").write_text(MISSING_MESH)
     with pytest.raises(ValueError, match=r"'bob' come from the geoms.*Fix: give those bodies"):
-        rbjax.load(tmp_path / "m.xml", meshes=False)
+        rbjax.load(tmp_path / "m.xml", meshes=False, formulation=rbjax.ScalableDAE())
     (tmp_path / "all.xml").write_text(INERTIAL_MESH.format(mode="true"))
     with pytest.raises(
         ValueError, match='every body \\(the file sets <compiler inertiafromgeom="true"'
     ):
-        rbjax.load(tmp_path / "all.xml", meshes=False)
+        rbjax.load(tmp_path / "all.xml", meshes=False, formulation=rbjax.ScalableDAE())
     (tmp_path / "auto.xml").write_text(INERTIAL_MESH.format(mode="auto"))
     np.testing.assert_array_equal(
-        np.asarray(rbjax.load(tmp_path / "auto.xml", meshes=False).model.mass), [2.0]
+        np.asarray(
+            rbjax.load(
+                tmp_path / "auto.xml", meshes=False, formulation=rbjax.ScalableDAE()
+            ).model.mass
+        ),
+        [2.0],
     )
 
 

@@ -125,11 +125,11 @@ def test_actuator_force_cap_matches_mujoco(tmp_path):
     assert list(m.jnt_actfrclimited) == [1, 1, 0]
     rng = np.random.default_rng(36)
     beyond = [100.0, -40.0, 0.3, 5.0, 0.01]  # shoulder and rail far beyond their caps
-    loaded = rbjax.load(path, control=beyond)
+    loaded = rbjax.load(path, control=beyond, formulation=rbjax.ScalableDAE())
     js = loaded.joint_space()
     for ctrl in (beyond, [0.2, 0.1, 0.0, 0.05, -0.3], [-9.0, 0.0, 0.0, -1.0, 0.0]):
         qpos, qvel = _random_state(m, rng)
-        src = rbjax.load(path, qpos=qpos, qvel=qvel, control=ctrl)
+        src = rbjax.load(path, qpos=qpos, qvel=qvel, control=ctrl, formulation=rbjax.ScalableDAE())
         got = np.asarray(_qacc(src.joint_space(), src.state))  # one program: same structure
         want = _mujoco_qacc(m, qpos, qvel, ctrl)
         np.testing.assert_allclose(got, want, atol=1e-11 * np.abs(want).max())
@@ -725,7 +725,12 @@ def test_loaded_joint_space_is_mujocos_qpos_and_qvel_on_an_offset_floating_base(
     m = mujoco.MjModel.from_xml_path(str(path))
     rng = np.random.default_rng(36)
     qpos, qvel = _random_state(m, rng)
-    loaded = rbjax.load(path, qpos=qpos * np.r_[1.0, 1, 1, 1, 2, 2, 2, 2, 1, 1, 1, 1, 1], qvel=qvel)
+    loaded = rbjax.load(
+        path,
+        qpos=qpos * np.r_[1.0, 1, 1, 1, 2, 2, 2, 2, 1, 1, 1, 1, 1],
+        qvel=qvel,
+        formulation=rbjax.ScalableDAE(),
+    )
     state = loaded.state  # a free quaternion of length 2: normalized, as MuJoCo does
     js = loaded.joint_space()
     assert [c[1] for c in js.coordinates] == ["revolute", "free", "revolute", "spherical"]
@@ -833,7 +838,7 @@ def test_inputs_the_model_cannot_use_are_refused(file, options, match):
         options = {"qpos": qpos}
         match = r"qpos\[3:7\] = \[0., 0., 0., 0.\] \(the quaternion of free joint '.*'\) is zero"
     with pytest.raises(ValueError, match=match) as info:
-        rbjax.load(path, **options)
+        rbjax.load(path, **options, formulation=rbjax.ScalableDAE())
     assert "Fix:" in str(info.value)
 
 
@@ -849,7 +854,7 @@ def test_joint_space_refuses_joints_whose_coordinates_are_not_mujocos(tmp_path):
         '<joint name="rx" axis="1 0 0"/><joint name="ry" axis="0 1 0"/>'
         '<joint name="rz" axis="0 0 1"/><geom size=".1"/></body></worldbody></mujoco>'
     )
-    loaded = rbjax.load(path)
+    loaded = rbjax.load(path, formulation=rbjax.ScalableDAE())
     with pytest.raises(ValueError, match=r"body 'gimbal' .*three hinges.*Fix:"):
         loaded.joint_space()
     assert rbjax.JointSpace(loaded.model).nq == 4

@@ -99,7 +99,9 @@ def test_identify_builds_its_initial_state_from_mujocos_coordinates(tmp_path):
     coordinates: its Build turns the keyframe's qpos/qvel into the loaded state itself."""
     xml = tmp_path / "floating.xml"
     xml.write_text(FLOATING)
-    loaded = rbjax.load(str(xml), qpos=[0.1, -0.2, 1.1, 0.8, 0.2, -0.3, 0.4, 0.6])
+    loaded = rbjax.load(
+        str(xml), qpos=[0.1, -0.2, 1.1, 0.8, 0.2, -0.3, 0.4, 0.6], formulation=rbjax.ScalableDAE()
+    )
     layout = quantities.layout(loaded)
     assert layout.kind == "mujoco"
     qpos0 = np.asarray([0.1, -0.2, 1.1, 0.8, 0.2, -0.3, 0.4, 0.6])

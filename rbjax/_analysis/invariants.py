@@ -57,8 +57,8 @@ def _joint_arrays(model: JointModel, state, what: str):
     if not isinstance(state, JointState):
         raise ValueError(
             f"{what}: the model is a JointModel but the state is a {type(state).__name__}. "
-            "Fix: pass an rbjax.JointState(t, qpos, qvel) (rbjax.load(path, "
-            "formulation=rbjax.JointCoordinates()).state, or a JointTrajectory's saved states)."
+            "Fix: pass an rbjax.JointState(t, qpos, qvel) (rbjax.load(path).state of a tree "
+            "file, or a JointTrajectory's saved states)."
         )
     if state.qpos.shape[-1:] != (model.nq,) or state.qvel.shape[-1:] != (model.nv,):
         raise ValueError(

@@ -58,32 +58,6 @@ class Opened(Loaded):
     not_simulated: str | None = None
 
 
-def default_coordinates(m) -> tuple[str, str]:
-    """(coordinates, why) of a compiled MJCF/URDF model ``m`` when ``--coordinates`` is not
-    given: "joint" when its joints form a tree, "maximal" when an active connect or weld
-    equality closes a loop (the tree of MuJoCo's bodies is then not the mechanism's; maximal
-    coordinates hold the closure as exact joint equations, as they always have). A joint
-    equality (a coupling of two joint coordinates) keeps the tree: joint coordinates hold it
-    exactly, maximal coordinates do not import it."""
-    from .._io.mujoco import _mujoco
-
-    mujoco = _mujoco()
-    loops = (int(mujoco.mjtEq.mjEQ_CONNECT), int(mujoco.mjtEq.mjEQ_WELD))
-    disabled = int(m.opt.disableflags)
-    off = disabled & (
-        int(mujoco.mjtDisableBit.mjDSBL_EQUALITY) | int(mujoco.mjtDisableBit.mjDSBL_CONSTRAINT)
-    )
-    closing = [
-        e for e in range(m.neq) if not off and m.eq_active0[e] and int(m.eq_type[e]) in loops
-    ]
-    if closing:
-        return (
-            "maximal",
-            f"{len(closing)} connect/weld equalit{'y closes' if len(closing) == 1 else 'ies close'} a loop",
-        )
-    return "joint", "its joints form a tree"
-
-
 def load_model(path: str, *, control=None, meshes: bool = True, coordinates: str | None = None):
     """:func:`rbjax.load` with the command line's messages: a missing file or extension, or a
     missing ``mujoco`` package, is a CliError naming the fix. ``control``: constant actuator
@@ -92,7 +66,7 @@ def load_model(path: str, *, control=None, meshes: bool = True, coordinates: str
     ``coordinates`` (--coordinates): "joint" (a :class:`rbjax.JointModel`) or "maximal" (an
     :class:`rbjax.Model`) for an MJCF/URDF file; None chooses by :func:`default_coordinates`.
     Returns an :class:`Opened`."""
-    from .._io.load import load
+    from .._io.load import default_coordinates, load
 
     input_file(path, "MODEL", "give the path of a .xml, .urdf or .toml file")
     ext = os.path.splitext(path)[1].lower()
@@ -126,7 +100,9 @@ def load_model(path: str, *, control=None, meshes: bool = True, coordinates: str
             model, state, timestep, source = build_tree_from_mujoco(m, control=control)
             loaded = Loaded(model, state, timestep, source)
         else:
-            loaded = load(path, **_options(control, meshes))
+            from .._dynamics import ScalableDAE
+
+            loaded = load(path, formulation=ScalableDAE(), **_options(control, meshes))
     notes = []
     for w in caught:  # shown as the command line shows every warning (rbjax/_cli/__init__.py)
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

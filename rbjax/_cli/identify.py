@@ -192,7 +192,7 @@ def _help() -> str:
 
 def _load_model(config_dir: str, doc: dict, meshes: bool = True, coordinates: str | None = None):
     """The configuration's model; an MJCF/URDF file in ``coordinates`` (--coordinates; None:
-    joint coordinates for a tree, rbjax/_cli/common.py ``default_coordinates``)."""
+    joint coordinates for a tree, rbjax/_io/load.py ``default_coordinates``)."""
     path = os.path.join(config_dir, string("model", doc["model"]))
     try:
         loaded = load_model(path, meshes=meshes, coordinates=coordinates)

@@ -1,7 +1,7 @@
 """``rbjax simulate MODEL``: integrate a model file and write a run file (runfile.py).
 
 An MJCF/URDF tree is integrated in joint coordinates (``--coordinates``, default by
-rbjax/_cli/common.py ``default_coordinates``; rbjax/_cli/joint.py: MuJoCo's qpos/qvel, its
+rbjax/_io/load.py ``default_coordinates``; rbjax/_cli/joint.py: MuJoCo's qpos/qvel, its
 perturbations and run file); what follows is the maximal-coordinate run.
 
 A single run starts from the file's initial state (MJCF/URDF: qpos0 at rest, or the keyframe

@@ -425,7 +425,8 @@ class ReactionForce(AbstractObservation):
                 "is the joint frame of a maximal-coordinate joint (rbjax.Revolute's x̄, ȳ, z̄), "
                 "which a JointModel's joint does not have",
                 "observe frame='world' (rotate the measured force with the body's attitude), "
-                "or load the file in maximal coordinates (rbjax.load(path))",
+                "or load the file in maximal coordinates "
+                "(rbjax.load(path, formulation=rbjax.ScalableDAE()))",
             )
 
     def predict(self, model, states, params):

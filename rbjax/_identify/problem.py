@@ -352,7 +352,8 @@ def setup(build, params0, data, dt, integrator, free, shooting: Shooting | None,
             "have to be assembled onto them at every evaluation (not implemented: "
             "rbjax.assemble of a JointModel runs on the host)",
             "use single shooting (shooting=None), or load the file in maximal coordinates "
-            "(rbjax.load(path)), whose segment starts are assembled",
+            "(rbjax.load(path, formulation=rbjax.ScalableDAE())), whose segment starts are "
+            "assembled",
         )
     weight = 1.0 if shooting is None else shooting.continuity_weight
     spec = _free_spec(params0, free)

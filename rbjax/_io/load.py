@@ -22,6 +22,13 @@ class Loaded:
     timestep: float | None
     source: Any = None
 
+    @property
+    def coordinates(self) -> str:
+        """``"joint"`` (a :class:`rbjax.JointModel`, MuJoCo's qpos/qvel) or ``"maximal"`` (an
+        :class:`rbjax.Model`, every body's pose): which formulation :func:`rbjax.load` chose
+        (:func:`default_coordinates`) or was asked for."""
+        return "joint" if isinstance(self.model, JointModel) else "maximal"
+
     def joint_space(self):
         """The :class:`rbjax.JointSpace` of the loaded model in the file's own joint
         coordinates: for MJCF/URDF exactly MuJoCo's ``qpos`` and ``qvel`` (order, sizes, a free
@@ -31,13 +38,41 @@ class Loaded:
         if isinstance(self.model, JointModel):
             raise ValueError(
                 "Loaded.joint_space(): the model was loaded in joint coordinates; its state "
-                "already holds MuJoCo's qpos/qvel. Fix: read state.qpos and state.qvel."
+                "already holds MuJoCo's qpos/qvel. Fix: read state.qpos and state.qvel, or load "
+                "the file in maximal coordinates: rbjax.load(path, "
+                "formulation=rbjax.ScalableDAE())."
             )
         if self.source is None:
             from .._analysis.joint_space import JointSpace
 
             return JointSpace(self.model)
         return self.source.joint_space(self.model)
+
+
+def default_coordinates(m) -> tuple[str, str]:
+    """(coordinates, why) that :func:`rbjax.load` and the command line give a compiled MJCF/URDF
+    model ``m`` when no formulation is asked for: ``"joint"`` when its joints form a tree,
+    ``"maximal"`` when an active connect or weld equality closes a loop (the tree of MuJoCo's
+    bodies is then not the mechanism's; maximal coordinates hold the closure as exact joint
+    equations and their reactions). A joint equality (a coupling of two joint coordinates)
+    keeps the tree: joint coordinates hold it exactly, maximal coordinates do not import it."""
+    from .mujoco import _mujoco
+
+    mujoco = _mujoco()
+    loops = (int(mujoco.mjtEq.mjEQ_CONNECT), int(mujoco.mjtEq.mjEQ_WELD))
+    disabled = int(m.opt.disableflags)
+    off = disabled & (
+        int(mujoco.mjtDisableBit.mjDSBL_EQUALITY) | int(mujoco.mjtDisableBit.mjDSBL_CONSTRAINT)
+    )
+    closing = [
+        e for e in range(m.neq) if not off and m.eq_active0[e] and int(m.eq_type[e]) in loops
+    ]
+    if closing:
+        return (
+            "maximal",
+            f"{len(closing)} connect/weld equalit{'y closes' if len(closing) == 1 else 'ies close'} a loop",
+        )
+    return "joint", "its joints form a tree"
 
 
 def load(
@@ -55,15 +90,33 @@ def load(
     (``.toml``, written by hand or by :func:`rbjax.save`; it carries its own initial state
     and timestep, or None).
 
-    The file is compiled by MuJoCo (the optional ``mujoco`` extra) and mapped onto rbjax's
-    maximal coordinates (rbjax/_io/mujoco.py says how each element maps): moving bodies with
+    **Which coordinates.** An MJCF/URDF file whose joints form a tree (every robot arm, hand,
+    quadruped and humanoid) loads in joint coordinates by default: a :class:`rbjax.JointModel`
+    whose state is MuJoCo's qpos/qvel (:class:`rbjax.JointState`), any number and order of
+    hinge, slide, ball and free joints per body, armature simulated, MuJoCo's connect, weld and
+    joint equalities held exactly by multipliers (rbjax/_io/mujoco_tree.py,
+    rbjax/_tree/equality.py; an initial state that opens them is assembled, with a warning).
+    It integrates nv coordinates with Featherstone's recursive algorithms where maximal
+    coordinates carry 7 per body and 5 joint equations per hinge. A file where an active
+    connect or weld equality closes a loop loads in maximal coordinates
+    (:func:`default_coordinates`; ``Loaded.coordinates`` says which was chosen). Ask for the
+    other explicitly: ``formulation=rbjax.JointCoordinates()`` for joint coordinates (loops
+    closed by multipliers), or a maximal formulation, ``formulation=rbjax.ScalableDAE()``
+    (the maximal default; also :class:`rbjax.NewtonEuler`, :class:`rbjax.UdwadiaSchutte`),
+    for maximal coordinates: every body's pose, exact joint reactions, scalable bodies, and
+    the analyses that need them; it is also the independent second formulation of a tree.
+
+    In maximal coordinates the file is mapped as rbjax/_io/mujoco.py says: moving bodies with
     their inertials, hinge/slide/ball/free joints as rbjax joints built in the reference
     configuration ``qpos0``, bodies without joints merged into their parent, equality connect
     and weld as exact constraints, joint stiffness/damping and motor/position/velocity
     actuators as force elements with :class:`rbjax.Actuator` (a joint's ``actuatorfrcrange``
     as :class:`rbjax.JointActuators`), gravity compensation, gravity and the timestep
-    (docs/tutorials/import-mjcf.md has the audit of every MuJoCo field).
-    :meth:`Loaded.joint_space` gives MuJoCo's own ``qpos``/``qvel`` coordinates.
+    (docs/tutorials/import-mjcf.md has the audit of every MuJoCo field); a body with several
+    joints loads only in the combinations that have an exact rbjax joint, and loop closures
+    whose equations are redundant (a planar loop closed by a connect) run in every maximal
+    formulation; an initial state that violates them is assembled (with a warning saying by
+    how much). :meth:`Loaded.joint_space` gives MuJoCo's own ``qpos``/``qvel`` coordinates.
 
     ``qpos``, ``qvel``: MuJoCo's generalized coordinates of the initial state (default: qpos0
     at rest; ``nq`` and ``nv`` finite numbers, ball and free quaternions normalized as MuJoCo
@@ -74,14 +127,7 @@ def load(
     for a model without actuators, a wrong size, NaN) is a ValueError naming it.
     ``unsupported``: elements with dynamics rbjax does not model (contacts, joint limits,
     tendons, ...) are listed by name in one warning (``"warn"``) or a ValueError
-    (``"error"``). ``formulation=rbjax.JointCoordinates()`` loads the file's kinematic tree
-    in joint coordinates instead: a :class:`rbjax.JointModel` whose state is MuJoCo's
-    qpos/qvel, any number and order of hinge, slide and ball joints per body, armature
-    simulated, MuJoCo's connect, weld and joint equalities held exactly by multipliers
-    (rbjax/_io/mujoco_tree.py, rbjax/_tree/equality.py; an initial state that opens them is
-    assembled, with a warning). Otherwise ``formulation``: default :class:`rbjax.ScalableDAE` (loop closures whose equations are
-    redundant, as a planar loop closed by a connect, run in every formulation); the initial state is assembled onto the loop closures if
-    it violates them (with a warning saying by how much). ``meshes=False`` compiles the file
+    (``"error"``). ``meshes=False`` compiles the file
     without its mesh geoms (a URDF whose ``package://`` meshes are not at hand): allowed when
     every body that carries one takes its mass and inertia from an ``<inertial>``, as URDF
     links do, so the dynamics are the same; refused (ValueError) otherwise. These options apply to MJCF/URDF
@@ -93,11 +139,18 @@ def load(
     ext = os.path.splitext(path)[1].lower()
     if not os.path.isfile(path):
         raise ValueError(f"load: {path!r} is not a file. Fix: give the path of a model file.")
+    m = None
+    if ext in (".xml", ".mjcf", ".urdf") and formulation is None:
+        from .mujoco import _compile, _mujoco
+
+        m = _compile(_mujoco(), path, meshes)
+        if default_coordinates(m)[0] == "joint":
+            formulation = JointCoordinates()
     if ext in (".xml", ".mjcf", ".urdf") and isinstance(formulation, JointCoordinates):
         from .mujoco import _compile, _mujoco
         from .mujoco_tree import build_tree_from_mujoco
 
-        m = _compile(_mujoco(), path, meshes)
+        m = _compile(_mujoco(), path, meshes) if m is None else m
         model, state, timestep, source = build_tree_from_mujoco(
             m,
             qpos=qpos,

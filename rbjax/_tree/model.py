@@ -388,8 +388,8 @@ def maximal_only(model, what: str) -> None:
     if isinstance(model, JointModel):
         raise ValueError(
             f"{what}: model is a JointModel (joint coordinates); {what} works on maximal "
-            "coordinates for now. Fix: load the file with rbjax.load(path) (the default "
-            "formulation) for this analysis."
+            "coordinates for now. Fix: load the file in maximal coordinates for this "
+            "analysis: rbjax.load(path, formulation=rbjax.ScalableDAE())."
         )
 
 
