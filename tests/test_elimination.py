@@ -178,11 +178,12 @@ def test_tree_solve_matches_dense_kkt(name):
 
 
 def _with_method(method, fn, *args):
-    """fn(*args) traced afresh (new jit) with the Schur solve forced to ``method``."""
+    """fn(*args) traced afresh (new jit; non-array leaves such as a model's static fields held
+    static) with the Schur solve forced to ``method``."""
     old = engine_schur.FORCE_METHOD
     engine_schur.FORCE_METHOD = method
     try:
-        return jax.jit(lambda *a: fn(*a))(*args)
+        return eqx.filter_jit(lambda *a: fn(*a))(*args)
     finally:
         engine_schur.FORCE_METHOD = old
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 from conftest import assert_close
-from test_elimination import _state
+from test_elimination import _state, _with_method
 from test_redundant_loops import parallelogram
 
 import rbjax
@@ -42,16 +42,6 @@ def fourbars(k=3):
             normal = np.cross(tips[j] - tips[j - 1], [0.0, 1.0, 0.0])
             joints.append(rbjax.Universal.at(q0, r - 1, r, point=tips[j], axis=normal, x=[0, 1, 0]))
     return rbjax.Model(bodies, joints=joints, gravity=[0.0, 0.0, -9.81]), q0
-
-
-def _with_method(method, fn, *args):
-    """fn(*args) traced afresh with the Schur solve forced to ``method``."""
-    old = engine_schur.FORCE_METHOD
-    engine_schur.FORCE_METHOD = method
-    try:
-        return eqx.filter_jit(lambda *a: fn(*a))(*args)
-    finally:
-        engine_schur.FORCE_METHOD = old
 
 
 def _scan_lengths(fn, *args) -> set:
