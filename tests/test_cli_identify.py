@@ -379,3 +379,43 @@ def test_config_readers_return_the_value():
     assert config.array("m", 1.5, (), "a mass").shape == ()
     assert config.resolve("b", "rod", ["ground", "rod"], "body") == 1
     assert config.table("s", {"a": 1}, ("a", "b"), ("a",)) == {"a": 1}
+
+
+STIFF_HINGE = """<mujoco>
+  <option timestep="0.01" integrator="{integrator}"/>
+  <worldbody>
+    <body name="rod"><joint name="hinge" type="hinge" axis="0 1 0" damping="50"/>
+      <geom type="capsule" fromto="0 0 0 0 0 -0.5" size="0.02" mass="1"/></body>
+  </worldbody>
+</mujoco>"""
+
+
+def test_identify_follows_the_files_integrator(tmp_path):
+    """Without an integrator in the configuration, identify integrates as ``rbjax simulate``
+    does (rbjax/_cli/common.py ``integrator_for``): joint coordinates of a file that asks
+    MuJoCo for implicitfast (or implicit) with rbjax.ImplicitFast, anything else with RK4;
+    the configuration's integrator wins. Only the configuration is prepared (nothing is
+    compiled)."""
+    from rbjax._cli import identify as cli_identify, parser
+
+    t = np.arange(5) * 0.01
+    np.savez(tmp_path / "m.npz", t=t, qpos=0.1 * t[:, None], qpos_names=np.array(["hinge"]))
+    lines = ['data = "m.npz"', "[[observations]]", 'kind = "joint_position"']
+    lines += ['coordinate = "hinge"', "sigma = 1e-3", "[[parameters]]", 'kind = "damping"']
+    lines += ['joint = "hinge"', "initial = 40.0"]
+    cases = [  # (file's integrator, configuration's, --coordinates, the integrator used)
+        ("implicitfast", None, None, rbjax.ImplicitFast),
+        ("implicit", None, None, rbjax.ImplicitFast),
+        ("RK4", None, None, rbjax.RK4),
+        ("Euler", None, None, rbjax.RK4),
+        ("implicitfast", "rk4", None, rbjax.RK4),
+        ("implicitfast", None, "maximal", rbjax.RK4),
+    ]
+    for k, (in_file, in_config, coordinates, expected) in enumerate(cases):
+        (tmp_path / f"h{k}.xml").write_text(STIFF_HINGE.format(integrator=in_file))
+        head = [f'model = "h{k}.xml"'] + ([f'integrator = "{in_config}"'] if in_config else [])
+        cfg = tmp_path / f"c{k}.toml"
+        cfg.write_text("\n".join(head + lines) + "\n")
+        argv = ["identify", str(cfg)] + (["--coordinates", coordinates] if coordinates else [])
+        prob = cli_identify._prepare(parser().parse_args(argv))
+        assert type(prob.integrator) is expected, (in_file, in_config, coordinates)

@@ -7,7 +7,9 @@ The configuration (paths relative to the configuration file)::
     data = "measured.npz"          # a run file of 'rbjax simulate', or any .npz with 't'
     dt = 0.01                      # largest integration step [s] (default: the model's timestep)
     integrator = "rk4"             # rk4 | semi-implicit-euler | implicitfast (joint coordinates)
-                                   #   | projected-rk4 | implicit-midpoint (maximal)
+                                   #   | projected-rk4 | implicit-midpoint (maximal); default
+                                   #   as 'rbjax simulate': implicitfast for joint coordinates
+                                   #   of a file asking MuJoCo for implicit(fast), else rk4
     sample = 0                     # which run of a batch run file (required for a batch)
     out = "fit.json"               # optional: write the results as JSON (--out overrides)
 
@@ -116,6 +118,7 @@ from .common import (
     CliError,
     add_coordinates,
     add_meshes,
+    integrator_for,
     load_model,
     output_path,
     writing,
@@ -228,6 +231,7 @@ class _Problem:
     out: str | None
     n_values: int
     coordinates: str  # "joint", "maximal" (MJCF/URDF) or "file" (an rbjax model file)
+    integrator_name: str  # the configuration's, else the file's (common.py integrator_for)
 
 
 def _solver(args, doc: dict) -> tuple[str, int, float, float, float, int]:
@@ -270,6 +274,8 @@ def _prepare(args) -> _Problem:
 
     from .. import LBFGS, JointModel, LevenbergMarquardt, Measurements, Shooting, joint_coordinates
     from .._identify.joint import arrays, like
+    from .._model import require_model
+    from .._state import State
 
     doc = config.read(args.config)
     config_dir = os.path.dirname(os.path.abspath(args.config))
@@ -301,6 +307,8 @@ def _prepare(args) -> _Problem:
                 f"coordinates (those that do: {', '.join(allowed)})",
                 f"choose one of them, or run with {other}",
             )
+    else:  # as 'rbjax simulate': the stiff dampers a file integrates implicitly stay stable
+        integrator = integrator_for(None, loaded)
     if "dt" in doc:
         dt = number("dt", doc["dt"], positive=True, example="0.01")
     elif loaded.timestep is not None:
@@ -353,10 +361,10 @@ def _prepare(args) -> _Problem:
     def model_coordinates():  # the model's initial joint coordinates (computed once)
         if "qv" not in cache and loaded.state is not None and joint:
             cache["qp"], cache["qv"] = (np.asarray(a, float) for a in arrays(loaded.state))
-        if "qv" not in cache and loaded.state is not None:
+        if "qv" not in cache and isinstance(loaded.state, State):
             cache["qp"], cache["qv"] = (
                 np.asarray(a, float)
-                for a in joint_coordinates(model, loaded.state, **layout.options())
+                for a in joint_coordinates(require_model(model), loaded.state, **layout.options())
             )
         return (cache["qp"], cache["qv"]) if "qv" in cache else None
 
@@ -427,7 +435,7 @@ def _prepare(args) -> _Problem:
         free=free,
         data=measurements,
         dt=dt,
-        integrator=ALL_INTEGRATORS[integrator]() if integrator else None,
+        integrator=ALL_INTEGRATORS[integrator](),
         solver=solver,
         solver_name=solver_name,
         shooting=Shooting(segments) if segments > 1 else None,
@@ -440,6 +448,7 @@ def _prepare(args) -> _Problem:
         out=out,
         n_values=n_values,
         coordinates=getattr(loaded, "coordinates", "file"),
+        integrator_name=integrator,
     )
 
 
@@ -463,7 +472,8 @@ def run(args) -> int:
     print(
         f"rbjax identify: {len(labels)} parameters ({', '.join(labels)}) from {prob.data.times.size} "
         f"sample times of {n_obs} observation{'s' * (n_obs != 1)} ({prob.n_values} values); "
-        f"{prob.solver_name}, at most {prob.max_steps} steps, dt = {prob.dt:g} s{where}. "
+        f"{prob.solver_name}, at most {prob.max_steps} steps, {prob.integrator_name}, "
+        f"dt = {prob.dt:g} s{where}. "
         "Compiling the "
         "simulation and its derivatives, then fitting...",
         file=report,
@@ -575,6 +585,7 @@ def _results(prob: _Problem, fit, labels: list[str]) -> dict:
         "solver": prob.solver_name,
         "dt": prob.dt,
         "coordinates": prob.coordinates,
+        "integrator": prob.integrator_name,
     }
 
 
