@@ -8,6 +8,11 @@ One explicit public surface; the implementation lives in private modules. Quater
 import importlib.metadata as _metadata
 
 from . import advanced as advanced, quaternion as quaternion
+from ._abstract import (
+    AbstractModel as AbstractModel,
+    AbstractState as AbstractState,
+    AbstractTrajectory as AbstractTrajectory,
+)
 from ._actuators import (
     Actuator as Actuator,
     ControlSequence as ControlSequence,

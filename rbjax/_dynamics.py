@@ -22,7 +22,7 @@ The equations are evaluated by the engine's kernels (rbjax/_engine/dynamics.py).
 from __future__ import annotations
 
 import abc
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import equinox as eqx
 import jax
@@ -37,6 +37,9 @@ from ._engine.mass import blocks as mass_blocks
 from ._errors import Rule, enforce, validates_inputs
 from ._state import State
 from ._tree.model import maximal_only
+
+if TYPE_CHECKING:  # rbjax/_model.py imports this module
+    from ._model import Model
 
 # ------------------------------------------------------------------------ formulations
 
@@ -223,7 +226,8 @@ class UdwadiaSchutte(AbstractFormulation):
 
 
 @eqx.filter_jit
-def accelerations(model, state):
+@validates_inputs
+def accelerations(model: Model, state: State):
     """(u̇, λ) of ``model.formulation`` at ``state``; u̇ has the shape of ``state.u``.
 
     Compiled as one program on the first call for a model's structure (array leaves traced, so

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from ._abstract import AbstractModel
 from ._body import Body
 from ._constraints import AbstractConstraint
 from ._dynamics import AbstractFormulation, ScalableDAE
@@ -35,8 +36,9 @@ from ._welds import Merge, plan
 
 
 @validates_inputs
-class Model(eqx.Module):
-    """A system of nb bodies (one body is the case nb = 1).
+class Model(AbstractModel):
+    """A system of nb bodies (one body is the case nb = 1), in maximal coordinates (an
+    :class:`rbjax.AbstractModel`).
 
     Fields: ``mass`` (nb,) [kg], ``inertia`` (nb, 3, 3) [kg m²] about each centre of mass in
     body axes, ``gravity`` (3,) [m/s²] world frame, ``forces`` (tuple of forces),
@@ -348,11 +350,11 @@ def _check_force_output(i: int, force, nb: int, dtype) -> None:
             )
 
 
-def require_model(model, field: str = "model") -> None:
-    """ValueError unless ``model`` is an rbjax.Model (a Body, a tuple of bodies or a loaded
-    file's bundle passed by mistake get the fix)."""
+def require_model(model, field: str = "model") -> Model:
+    """``model``, or a ValueError unless it is an rbjax.Model (a Body, a tuple of bodies, a
+    loaded file's bundle or a JointModel passed by mistake get the fix)."""
     if isinstance(model, Model):
-        return
+        return model
     hint = {
         "Body": "wrap it: rbjax.Model(body, gravity=...)",
         "Loaded": "pass loaded.model (and loaded.state)",

@@ -16,8 +16,12 @@ import equinox as eqx
 from jaxtyping import Array, Float
 
 from . import _welds as welds
+from ._abstract import AbstractModel, AbstractState
 from ._dynamics import accelerations
 from ._engine.reactions import joint_reactions
+from ._errors import validates_inputs
+from ._model import Model, require_model
+from ._state import State
 from ._tree.model import JointModel, JointState, maximal_only
 from ._tree.reactions import JointReactions, reactions as tree_reactions
 
@@ -40,7 +44,7 @@ class Reactions(eqx.Module):
     torque_j_joint: Float[Array, "... nj 3"]
 
 
-def reactions(model, state, lam=None) -> Reactions | JointReactions:
+def reactions(model: AbstractModel, state: AbstractState, lam=None) -> Reactions | JointReactions:
     """Reaction force and torque of every joint on each of its two bodies at ``state``.
 
     ``lam`` (..., nb + m) are the multipliers of ``model.formulation`` (computed from the
@@ -65,6 +69,12 @@ def reactions(model, state, lam=None) -> Reactions | JointReactions:
                 "JointTrajectory[i]."
             )
         return _tree_reactions(model, state)
+    model = require_model(model)
+    if not isinstance(state, State):
+        raise ValueError(
+            f"reactions: model is an rbjax.Model but state is a {type(state).__name__}. Fix: "
+            "pass its rbjax.State (t, q, u), e.g. Trajectory.states or Trajectory[i]."
+        )
     if not model.joints:
         raise ValueError("reactions: the model has no joints. Fix: pass joints=[...] to Model.")
     return _reactions(model, state, lam)
@@ -83,7 +93,8 @@ def _reactions(model, state, lam) -> Reactions:
     return Reactions(**joint_reactions(model, state, lam))
 
 
-def weld_reactions(model, state, lam=None) -> Reactions:
+@validates_inputs
+def weld_reactions(model: Model, state: State, lam=None) -> Reactions:
     """Reaction force and torque of every weld that :class:`rbjax.Model` merged
     (``model.merged.weld_names`` order), as :class:`Reactions`: the force and torque (about
     the weld point) that the weld exerts on each of its two bodies, world frame and weld

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from ._abstract import AbstractModel, AbstractState, AbstractTrajectory
 from ._analysis.checks import check_mechanism_state, input_violations, model_rules
 from ._body import validate_inertia, validate_mass
 from ._engine import rank
@@ -41,8 +42,9 @@ from ._tree.model import JointModel, JointState
 from ._tree.rollout import JointTrajectory
 
 
-class Trajectory(eqx.Module):
-    """Saved states of a rollout, including the initial state.
+class Trajectory(AbstractTrajectory):
+    """Saved states of a rollout of a :class:`rbjax.Model`, including the initial state (an
+    :class:`rbjax.AbstractTrajectory`).
 
     ``t`` (*batch, T), ``q`` and ``u`` (*batch, T, nb, 7) with T = n_steps // save_every + 1;
     ``lam`` (*batch, T, nb + m) the formulation's multipliers at each saved state (or None): the
@@ -277,7 +279,7 @@ if TYPE_CHECKING:  # the overloads typed callers see (the runtime checks see the
 
     @overload
     def rollout(
-        model,
+        model: AbstractModel,
         state0: State | Trajectory,
         dt,
         n_steps: int,
@@ -295,7 +297,7 @@ if TYPE_CHECKING:  # the overloads typed callers see (the runtime checks see the
 
     @overload
     def rollout(
-        model,
+        model: AbstractModel,
         state0: JointState | JointTrajectory,
         dt,
         n_steps: int,
@@ -311,11 +313,29 @@ if TYPE_CHECKING:  # the overloads typed callers see (the runtime checks see the
         check_gradients: bool = False,
     ) -> JointTrajectory: ...
 
+    @overload
+    def rollout(
+        model: AbstractModel,
+        state0: AbstractState | AbstractTrajectory,
+        dt,
+        n_steps: int,
+        *,
+        integrator: AbstractIntegrator | None = None,
+        save_every: int = 1,
+        multipliers: bool = False,
+        throw: bool = True,
+        batch_chunk: int | None = None,
+        checkpoint: Checkpoint | None = _EVERY_STEP,
+        measures: dict | None = None,
+        monitors: Plausibility | None = _DEFAULT_MONITORS,
+        check_gradients: bool = False,
+    ) -> AbstractTrajectory: ...
+
 
 @validates_inputs
 def rollout(
-    model,
-    state0: State | Trajectory | JointState | JointTrajectory,
+    model: AbstractModel,
+    state0: AbstractState | AbstractTrajectory,
     dt,
     n_steps: int,
     *,
@@ -328,7 +348,7 @@ def rollout(
     measures: dict | None = None,
     monitors: Plausibility | None = _DEFAULT_MONITORS,
     check_gradients: bool = False,
-) -> Trajectory | JointTrajectory:
+) -> AbstractTrajectory:
     """Integrate ``n_steps`` steps of size ``dt`` and save every ``save_every``-th state.
 
     ``state0``: the initial :class:`State`, or a :class:`Trajectory` to CONTINUE from its
@@ -418,7 +438,7 @@ def rollout(
             multipliers,
             check_gradients,
         )
-    require_model(model)
+    model = require_model(model)
     integrator = RK4() if integrator is None else integrator
     if not isinstance(integrator, AbstractIntegrator):
         raise ValueError(

@@ -17,12 +17,12 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from ._abstract import AbstractState
 from ._errors import check_finite, check_shape, fail, is_concrete, validates_inputs
 
 
@@ -67,8 +67,9 @@ def fresh_tolerances(dtype) -> tuple[float, float]:
 
 
 @validates_inputs
-class State(eqx.Module):
-    """Time, coordinates and generalized velocities of a system (see module docstring).
+class State(AbstractState):
+    """Time, coordinates and generalized velocities of a system in maximal coordinates (see
+    module docstring; an :class:`rbjax.AbstractState`).
 
     q and u have shape (*batch, nb, 7) and one dtype; t has shape ``batch`` (or () for every
     member at the same time). Integer inputs are converted to the default float."""

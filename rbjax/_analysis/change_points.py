@@ -53,6 +53,8 @@ from .._constraints import GROUND
 from .._engine.joints import joint_terms
 from .._engine.layout import to_components
 from .._engine.projection import _retract
+from .._errors import validates_inputs
+from .._model import Model
 from .._oneshot import one_shot_jit
 from .._state import State
 from .._tree.model import maximal_only
@@ -286,7 +288,8 @@ def _scan_paths(model, t, q, index):
     return jax.vmap(path)(t, q)
 
 
-def change_points(model, states: State) -> ChangePoints:
+@validates_inputs
+def change_points(model: Model, states: State) -> ChangePoints:
     """The singular configurations (change points) a saved motion passes: ``states`` a
     sequence of states of ONE system (t (T,), q and u (T, nb, 7)), or of a batch (*batch, T),
     e.g. ``rollout(...).states``. Each saved state's joint Jacobian is decomposed (SVD) and its

@@ -34,6 +34,7 @@ from .._engine.joints import joint_terms
 from .._engine.layout import to_components
 from .._errors import validates_inputs
 from .._integrators import RK4, AbstractIntegrator, check_dt
+from .._model import Model
 from .._quaternion import mul as qmul
 from .._results import RESULTS
 from .._rollout import Checkpoint, Trajectory, rollout
@@ -338,7 +339,7 @@ def _default_horizons(n_steps: int, save_every: int) -> tuple[int, ...]:
 
 @validates_inputs
 def gradient_health(
-    model,
+    model: Model,
     state0: State,
     dt,
     n_steps: int,

@@ -20,16 +20,32 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
 
+from .._abstract import AbstractModel, AbstractState
 from .._constraints import AbstractConstraint, _zero
 from .._engine import kernels as cf
 from .._engine.layout import inertia_components, to_components
 from .._engine.mass import mvec
 from .._errors import is_concrete
+from .._model import Model, require_model
+from .._state import State
 from .._tree import bodies as tree_bodies, energy as tree_energy
 from .._tree.model import JointModel, JointState
 
 
-def _aligned(model, state):
+def _maximal(model: AbstractModel, state: AbstractState, what: str) -> tuple[Model, State]:
+    """(model, state) of maximal coordinates, the model's batch axes lined up with the
+    state's (:func:`_aligned`); a ValueError naming the fix for anything else."""
+    model = require_model(model)
+    if not isinstance(state, State):
+        raise ValueError(
+            f"{what}: the model is an rbjax.Model but the state is a {type(state).__name__}. "
+            "Fix: pass an rbjax.State(t, q, u) of this model (rbjax.load(path, "
+            "formulation=rbjax.ScalableDAE()).state, or a Trajectory's states)."
+        )
+    return _aligned(model, state), state
+
+
+def _aligned(model: Model, state: State) -> Model:
     """The model with its batch axes lined up with the LEADING batch axes of ``state``: a
     model batched as mass (B, nb) evaluated on saved states (B, T, nb, 7) (a batched
     rollout's ``traj.states``) gets mass (B, 1, nb), inertia (B, 1, nb, 3, 3), gravity
@@ -76,19 +92,19 @@ def _joint_arrays(model: JointModel, state, what: str):
     return q, u
 
 
-def kinetic_energy(model, state):
+def kinetic_energy(model: AbstractModel, state: AbstractState):
     """T = ½ uᵀ M u summed over bodies (Möller & Glocker 2012, eqs. (60), (64)); valid for scalable bodies.
 
     For a JointModel T = ½ q̇ᵀ M(q) q̇, armature included (rbjax/_tree/energy.py)."""
     if isinstance(model, JointModel):
         q, u = _joint_arrays(model, state, "rbjax.kinetic_energy")
         return tree_energy.kinetic(model, q, u)
-    model = _aligned(model, state)
+    model, state = _maximal(model, state, "rbjax.kinetic_energy")
     _, _, u = to_components(state)
     return 0.5 * jnp.sum(jnp.sum(u * mvec(model, u), axis=0), axis=-1)
 
 
-def potential_energy(model, state):
+def potential_energy(model: AbstractModel, state: AbstractState):
     """V [J], shape (*batch,): uniform gravity plus the springs' potentials,
 
         V = −Σ_b m_b gᵀ r_b + Σ_f V_f(q),
@@ -111,7 +127,7 @@ def potential_energy(model, state):
     if isinstance(model, JointModel):
         q, _ = _joint_arrays(model, state, "rbjax.potential_energy")
         return tree_energy.potential(model, q)
-    model = _aligned(model, state)
+    model, state = _maximal(model, state, "rbjax.potential_energy")
     g = jnp.asarray(model.gravity)[..., None, :]
     v = -jnp.sum(model.mass * jnp.sum(g * state.q[..., 0:3], axis=-1), axis=-1)
     if not model.forces:
@@ -124,7 +140,7 @@ def potential_energy(model, state):
     return v
 
 
-def total_energy(model, state):
+def total_energy(model: AbstractModel, state: AbstractState):
     """T + V [J] (:func:`kinetic_energy`, :func:`potential_energy`: gravity and springs).
 
     Conserved when :func:`energy_balance` is ``"conservative"`` (gravity, undamped springs,
@@ -134,7 +150,7 @@ def total_energy(model, state):
     return kinetic_energy(model, state) + potential_energy(model, state)
 
 
-def energy_balance(model) -> Literal["conservative", "dissipative"] | None:
+def energy_balance(model: AbstractModel) -> Literal["conservative", "dissipative"] | None:
     """What the model says about its total energy E = T + V (:func:`total_energy`), decided
     from its structure and concrete values only (no dynamics are evaluated):
 
@@ -170,6 +186,7 @@ def energy_balance(model) -> Literal["conservative", "dissipative"] | None:
     """
     if isinstance(model, JointModel):
         return _joint_energy_balance(model)
+    model = require_model(model)
     verdict: Literal["conservative", "dissipative"] = "conservative"
     for force in model.forces:
         balance = force._energy_balance(model)
@@ -245,16 +262,16 @@ def _reads(jaxpr, var) -> bool:
     return any(reads(v) for v in jaxpr.outvars)
 
 
-def linear_momentum(model, state):
+def linear_momentum(model: AbstractModel, state: AbstractState):
     """Σ m v, world frame [kg m/s] (for a JointModel, v the velocity of each centre of mass)."""
     if isinstance(model, JointModel):
         q, u = _joint_arrays(model, state, "rbjax.linear_momentum")
         return jnp.moveaxis(tree_bodies.momenta(model, q, u)[0], 0, -1)
-    model = _aligned(model, state)
+    model, state = _maximal(model, state, "rbjax.linear_momentum")
     return jnp.sum(model.mass[..., None] * state.u[..., 0:3], axis=-2)
 
 
-def angular_momentum(model, state):
+def angular_momentum(model: AbstractModel, state: AbstractState):
     """Angular momentum about the world origin, world frame: Σ m r × v + s R Θ ω.
 
     For a scalable body, ∫ ξ × ξ̇ dm = m r × v + s R Θ ω (ν contributes nothing since
@@ -264,7 +281,7 @@ def angular_momentum(model, state):
     if isinstance(model, JointModel):
         q, u = _joint_arrays(model, state, "rbjax.angular_momentum")
         return jnp.moveaxis(tree_bodies.momenta(model, q, u)[1], 0, -1)
-    model = _aligned(model, state)
+    model, state = _maximal(model, state, "rbjax.angular_momentum")
     _, q, u = to_components(state)
     th = inertia_components(model)
     spin = cf.transform(q[3:7], cf.matvec(th, u[4:7]))

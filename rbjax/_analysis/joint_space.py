@@ -50,6 +50,7 @@ from jax.typing import ArrayLike
 from .._errors import is_concrete, validates_inputs
 from .._forces import AbstractForce, Wrench
 from .._joints import Cylindrical, Fixed, Revolute, Spherical, Translational, Universal
+from .._model import Model
 from .._state import State
 from .._topology import GROUND
 from .._tree.model import maximal_only
@@ -183,7 +184,8 @@ class JointSpace(eqx.Module):
     parents: tuple = eqx.field(static=True)  # per body: its tree joint, or None (free)
     _offsets: tuple = eqx.field(static=True)
 
-    def __init__(self, model, *, parents=None, origins=None):
+    @validates_inputs
+    def __init__(self, model: Model, *, parents=None, origins=None):
         maximal_only(model, "rbjax.JointSpace")
         if any(model.scalable):
             raise ValueError(
@@ -729,7 +731,8 @@ def _u_of(q, q_dot):
     return jnp.concatenate([q_dot[0:3], jnp.zeros(1, q.dtype), w])
 
 
-def joint_coordinates(model, state: State, *, parents=None, origins=None):
+@validates_inputs
+def joint_coordinates(model: Model, state: State, *, parents=None, origins=None):
     """(positions (nq,), velocities (nv,)) of ONE system in the coordinates of
     :class:`JointSpace` (``parents``, ``origins``: its options; default free bodies first,
     then the tree joints in ``model.joints`` order)."""
@@ -738,8 +741,9 @@ def joint_coordinates(model, state: State, *, parents=None, origins=None):
     return js.positions(state), js.velocities(state)
 
 
+@validates_inputs
 def state_from_joint_coordinates(
-    model, qpos, qvel=None, t=0.0, *, parents=None, origins=None
+    model: Model, qpos, qvel=None, t=0.0, *, parents=None, origins=None
 ) -> State:
     """A consistent :class:`rbjax.State` of joint positions and velocities (the coordinates of
     :class:`JointSpace` with its options ``parents``, ``origins``): forward kinematics along

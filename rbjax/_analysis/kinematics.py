@@ -13,7 +13,8 @@ from jaxtyping import Array, Bool, Float
 
 from .._engine.layout import from_components, to_components
 from .._engine.projection import _renormalise, driven_position, project_velocity
-from .._errors import is_concrete
+from .._errors import is_concrete, validates_inputs
+from .._model import Model
 from .._oneshot import one_shot_jit
 from .._state import State
 from .._tree.model import maximal_only
@@ -113,8 +114,9 @@ def _not_driven(mob) -> ValueError:
     )
 
 
+@validates_inputs
 def kinematic_analysis(
-    model, state0: State, times, *, tol: float | None = None, max_iters: int = 50
+    model: Model, state0: State, times, *, tol: float | None = None, max_iters: int = 50
 ) -> KinematicResult:
     """Position, velocity and acceleration analysis of a fully driven mechanism (DOF = 0).
 

@@ -11,6 +11,8 @@ from jaxtyping import Array, Float
 from .._constraints import GROUND
 from .._engine.joints import joint_terms
 from .._engine.layout import to_components
+from .._errors import validates_inputs
+from .._model import Model
 from .._oneshot import one_shot_jit
 from .._state import State
 from .._tree.model import maximal_only
@@ -75,7 +77,8 @@ def _dense_jacobian(model, blocks) -> np.ndarray:
     return mat
 
 
-def mobility(model, state: State, *, rtol: float = 1e-9) -> Mobility:
+@validates_inputs
+def mobility(model: Model, state: State, *, rtol: float = 1e-9) -> Mobility:
     """Degrees of freedom and redundant constraints at ``state`` (one system, concrete).
 
     The rank of W̃ counts independent joint equations: singular values above

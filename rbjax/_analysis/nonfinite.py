@@ -37,7 +37,7 @@ import numpy as np
 from .._errors import validates_inputs
 from .._gradient_guard import SAFE_WHERE
 from .._integrators import RK4, AbstractIntegrator
-from .._model import require_model
+from .._model import Model, require_model
 from .._results import RESULTS
 from .._rollout import Trajectory, rollout
 from .._state import State
@@ -94,7 +94,7 @@ def _leaf_names(tree, finite) -> list[str]:
 
 @validates_inputs
 def nonfinite_gradient(
-    model,
+    model: Model,
     state0: State,
     dt,
     n_steps: int,

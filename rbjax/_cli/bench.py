@@ -57,7 +57,7 @@ from .._body import Body
 from .._constraints import GROUND
 from .._io.mujoco import _mujoco
 from .._joints import Revolute
-from .._model import Model
+from .._model import Model, require_model
 from .._rollout import _available_memory, rollout
 from .._state import State, make_state
 from .._tree.model import JointModel, JointState
@@ -201,7 +201,7 @@ def prepare(
             )
         if mjmodel is None:  # a model file: its joint coordinates, if all are scalar
             try:
-                js = JointSpace(model)
+                js = JointSpace(require_model(model))
             except ValueError:  # scalable bodies: no joint coordinates
                 js = None
             kinds = {kind for _, kind, _, _ in js.coordinates} if js is not None else set()

@@ -14,9 +14,9 @@ by ``--seed``) act on those coordinates:
   system's).
 
 A model with equalities (connects, welds, joint couplings) has every perturbed sample put
-back onto them by :func:`rbjax.assemble` (the closest closed state in the kinetic-energy
-metric of the file's masses), as the maximal path does for loops: rollout refuses a start
-that opens them.
+back onto them by :func:`rbjax.assemble` (Gauss–Newton steps in the kinetic-energy metric
+of the file's masses to a closed state near the sample), as the maximal path does for
+loops: rollout refuses a start that opens them.
 
 The run file holds qpos/qvel, the bodies' world poses (MuJoCo's ``xpos``/``xquat``) and
 centres of mass (``xipos``), the energies (rbjax/_tree/energy.py) and momenta

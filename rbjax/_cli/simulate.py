@@ -38,6 +38,7 @@ import numpy as np
 
 from .._analysis.assembly import assemble
 from .._analysis.checks import check_mechanism_state
+from .._model import require_model
 from .._rollout import Trajectory, _available_memory, rollout
 from . import joint, quantities, runfile
 from .arguments import duration, integer, large, numbers, real, seed
@@ -411,7 +412,7 @@ def run(args) -> int:
     if loaded.coordinates == "joint":  # rbjax/_cli/joint.py
         n_seg = _segments(n_steps // save_every)
         return joint.simulate(args, loaded, perturb, dt, n_steps, save_every, n_seg, control)
-    multipliers = bool(args.reactions and loaded.model.joints)
+    multipliers = bool(args.reactions and require_model(loaded.model).joints)
     coords = quantities.layout(loaded)  # MuJoCo's qpos/qvel for an MJCF or URDF file
     _memory(loaded.model, systems, n_steps // save_every + 1, multipliers, save_every, coords)
     model, state, record = _initial(loaded, args, perturb, coords)

@@ -14,11 +14,11 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
+from .._abstract import AbstractModel, AbstractState
 from .._analysis.mobility import mobility
 from .._analysis.nonfinite import NonfiniteGradient
 from .._errors import fail, validates_inputs
 from .._integrators import AbstractIntegrator
-from .._state import State
 from .covariance import covariance, eliminate_segments
 from .gradient_check import NONFINITE, NonfiniteIterate, gradient_finite, nonfinite_error
 from .joint import dtype_of, is_joint
@@ -60,7 +60,7 @@ _DEFAULT_SOLVER = LevenbergMarquardt()
 
 @validates_inputs
 def identify(
-    build: Callable[[Any], tuple[Any, State]],
+    build: Callable[[Any], tuple[AbstractModel, AbstractState]],
     params0: Any,
     data: Measurements,
     *,

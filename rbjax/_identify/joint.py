@@ -24,6 +24,8 @@ is the inverse map: linear coordinates subtracted, the quaternion's rotation vec
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -41,7 +43,7 @@ from .._tree.reactions import joint_reactions
 from .._tree.topology import HINGE, SLIDE
 
 
-def is_joint(model) -> bool:
+def is_joint(model) -> TypeGuard[JointModel]:
     """Whether ``model`` is in joint coordinates."""
     return isinstance(model, JointModel)
 

@@ -19,10 +19,10 @@ import numpy as np
 from jaxtyping import Array
 
 from .. import _quaternion as quat
+from .._abstract import AbstractModel, AbstractState
 from .._errors import fail
+from .._model import require_model
 from .._reactions import reactions
-from .._state import State
-from .._tree.model import JointState
 from .joint import body_states, is_joint, reactions as joint_reactions
 from .references import Reference, as_reference, check_reference, resolve
 
@@ -137,7 +137,7 @@ class AbstractObservation(eqx.Module):
         """Residual components per sample."""
         return int(np.shape(self.sigma)[0])
 
-    def check(self, model, state0: State | JointState, params0, where: str) -> None:
+    def check(self, model: AbstractModel, state0: AbstractState, params0, where: str) -> None:
         """Build-time validation against the model (names, indices, joints) and params0
         (the parameter references)."""
         for field, shape in self.references().items():
@@ -148,14 +148,14 @@ class AbstractObservation(eqx.Module):
         return {"delay": ()} if hasattr(self, "delay") else {}
 
     @abc.abstractmethod
-    def predict(self, model, states: State | JointState, params) -> Array:
+    def predict(self, model: AbstractModel, states: AbstractState, params) -> Array:
         """Prediction (K, d) at the K states, for the parameters ``params``."""
 
-    def compare(self, model, prediction: Array) -> Array:
+    def compare(self, model: AbstractModel, prediction: Array) -> Array:
         """Prediction − measurement (K, d), in the quantity's units."""
         return prediction - self.values
 
-    def error(self, model, states: State | JointState, params) -> Array:
+    def error(self, model: AbstractModel, states: AbstractState, params) -> Array:
         """Prediction − measurement (K, d) at the K states."""
         return self.compare(model, self.predict(model, states, params))
 
@@ -163,7 +163,7 @@ class AbstractObservation(eqx.Module):
         """error/σ (K, d), 0 at masked samples."""
         return jnp.where(self.mask[:, None], error / self.sigma, 0.0)
 
-    def residual(self, model, states: State | JointState, params) -> Array:
+    def residual(self, model: AbstractModel, states: AbstractState, params) -> Array:
         """Whitened residual (prediction − measurement)/σ (K, d), 0 at masked samples."""
         return self.whiten(self.error(model, states, params))
 
@@ -397,6 +397,7 @@ class ReactionForce(AbstractObservation):
         if is_joint(model):
             self._check_joint_model(model, where)
             return
+        model = require_model(model)
         if not model.joints:
             fail(
                 f"{where}.joint",

@@ -14,10 +14,12 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array
 
+from .._abstract import AbstractModel, AbstractState
 from .._analysis.checks import check_mechanism_state
 from .._engine.layout import to_components
 from .._errors import fail, validates_inputs
 from .._integrators import RK4, AbstractIntegrator
+from .._model import require_model
 from .._state import State
 from .._tree.model import JointState
 from .._tree.rollout import check_joint_state
@@ -322,7 +324,7 @@ def setup(build, params0, data, dt, integrator, free, shooting: Shooting | None,
         check_integrator(integrator, who)
         check_joint_state(model0, state0)
     else:
-        model0.check_state(state0)
+        require_model(model0).check_state(state0)
         check_mechanism_state(model0, state0)
     t0 = float(state0.t)
     times = data.times
@@ -382,7 +384,14 @@ def setup(build, params0, data, dt, integrator, free, shooting: Shooting | None,
     return problem, dyn0, spec, model0, state0, n_steps
 
 
-def residuals(build, params, data: Measurements, *, dt, integrator=None) -> Array:
+def residuals(
+    build: Callable[[Any], tuple[AbstractModel, AbstractState]],
+    params,
+    data: Measurements,
+    *,
+    dt,
+    integrator=None,
+) -> Array:
     """The whitened residual vector r(θ) = (prediction − measurement)/σ of :func:`identify`
     (single shooting), observations in order, each (K, d) flattened row by row, 0 at masked
     samples; the loss is ½‖r‖². A JAX function of ``params`` (every floating-point leaf):

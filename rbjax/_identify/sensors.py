@@ -23,6 +23,7 @@ from jaxtyping import Array
 from .. import _quaternion as quat
 from .._dynamics import accelerations
 from .._errors import fail
+from .._model import require_model
 from .joint import arrays, body_accelerations, dtype_of, encoder_rows, is_joint
 from .observations import (
     AbstractObservation,
@@ -333,6 +334,7 @@ class JointEncoder(AbstractObservation):
                     "pass (K, 1) values",
                 )
             return
+        model = require_model(model)
         if not model.joints:
             fail(f"{where}.joint", self.joint, "but the model has no joints", "add the joint")
         k, js, angular, kind = self._coordinate(model)

@@ -6,19 +6,23 @@ import dataclasses
 import os
 from typing import Any
 
+from .._abstract import AbstractModel, AbstractState
+from .._errors import validates_inputs
+from .._model import Model, require_model
 from .._state import State
 from .._tree.model import JointCoordinates, JointModel, maximal_only
 
 
 @dataclasses.dataclass(frozen=True)
 class Loaded:
-    """What :func:`rbjax.load` returns: the ``model`` (:class:`rbjax.Model`), its initial
-    ``state`` (:class:`rbjax.State`), the file's ``timestep`` [s] and the ``source``
+    """What :func:`rbjax.load` returns: the ``model`` (:class:`rbjax.JointModel` or
+    :class:`rbjax.Model`, :attr:`coordinates`), its initial ``state`` (:class:`rbjax.JointState`
+    or :class:`rbjax.State`), the file's ``timestep`` [s] and the ``source``
     (for MJCF/URDF a :class:`~rbjax.advanced.MujocoSource` with the compiled ``MjModel`` and the
     maps between MuJoCo's joints and rbjax's bodies and joints)."""
 
-    model: Any
-    state: Any  # State, or JointState for a JointModel (None: a model file without one)
+    model: AbstractModel
+    state: AbstractState | None  # None: a model file without one
     timestep: float | None
     source: Any = None
 
@@ -45,7 +49,7 @@ class Loaded:
         if self.source is None:
             from .._analysis.joint_space import JointSpace
 
-            return JointSpace(self.model)
+            return JointSpace(require_model(self.model))
         return self.source.joint_space(self.model)
 
 
@@ -199,7 +203,8 @@ def load(
     )
 
 
-def save(path, model, state: State | None = None, *, timestep: float | None = None) -> None:
+@validates_inputs
+def save(path, model: Model, state: State | None = None, *, timestep: float | None = None) -> None:
     """Write ``model`` (and an initial ``state``, a ``timestep``) to an rbjax model file
     (``.toml``; the format is in rbjax/_io/modelfile.py and the tutorial). Numbers are written
     with their shortest round-trip representation, so ``load(save(...))`` gives the same

@@ -168,8 +168,8 @@ def build_tree_from_mujoco(
         if not gap <= 1e-10:
             warnings.warn(
                 f"load: the initial state violates the equalities by {gap:.3g}; it was "
-                "assembled (the closest closed configuration in the kinetic-energy metric, "
-                "velocities projected).",
+                "assembled (Gauss-Newton steps in the kinetic-energy metric to a closed "
+                "configuration near it, velocities projected).",
                 UserWarning,
                 stacklevel=4,
             )

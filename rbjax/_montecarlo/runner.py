@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from .._abstract import AbstractModel, AbstractState
 from .._analysis.checks import check_mechanism_state
 from .._body import validate_inertia, validate_mass
 from .._engine.joints import joint_terms
@@ -430,7 +431,7 @@ class _Reporter:
 
 @validates_inputs
 def monte_carlo(
-    sample: Callable,
+    sample: Callable[..., tuple[AbstractModel, AbstractState]],
     n_samples: int,
     dt,
     n_steps: int,

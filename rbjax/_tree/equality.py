@@ -369,12 +369,17 @@ def constrained_solve(M, rhs, J, r):
 
 
 def assemble(model, qpos, qvel, *, tol: float = 1e-12, max_steps: int = 50):
-    """One system's (qpos, qvel) put on the equalities: the configuration closest to qpos in
-    the kinetic-energy metric with g(q) = 0, by Gauss–Newton steps δ = −M⁻¹Jᵀ(JM⁻¹Jᵀ)⁺g
-    (minimum-norm in that metric, quaternions turned by exp; Udwadia & Kalaba's projection),
-    then q̇ projected the same way onto J q̇ = 0. Returns (qpos, qvel, gap), gap the largest
-    |g| and |J q̇| before. ValueError naming the equalities left open when g cannot reach
-    ``tol`` (times the model's size) in ``max_steps`` steps. Host-side, at build time."""
+    """One system's (qpos, qvel) put on the equalities g(q) = 0 by Gauss–Newton steps from
+    qpos: each step δ = −M⁻¹Jᵀ(JM⁻¹Jᵀ)⁺g is the minimum-norm correction of the linearised
+    equations in the kinetic-energy metric M of the current iterate (quaternions turned by
+    exp; Udwadia & Kalaba's projection), until |g| <= ``tol``; then q̇ projected the same way
+    onto J q̇ = 0. The end point is a closed configuration near qpos (to first order in g the
+    M-metric projection), but not the closest one: it depends on the path the steps take
+    (tests/data/mjx_constraints.xml keyframe 0: body centres of mass up to 0.29 m from
+    maximal coordinates' closest point, rbjax/_engine/projection.py ``closest_point``).
+    Returns (qpos, qvel, gap), gap the largest |g| and |J q̇| before. ValueError naming the
+    equalities left open when g cannot reach ``tol`` (times the model's size) in
+    ``max_steps`` steps. Host-side, at build time."""
     from .implicit import integrate_positions
 
     topo = model.topology
@@ -439,9 +444,10 @@ def violations(model, qpos, qvel):
 
 def assemble_state(model, state):
     """:func:`assemble` of every system of a :class:`rbjax.JointState` (batch-leading), as
-    ``rbjax.assemble(JointModel, JointState)``: the closest closed configuration in the
-    kinetic-energy metric, velocities projected; a model without equalities returns the state
-    with its ball/free quaternions normalised."""
+    ``rbjax.assemble(JointModel, JointState)``: the Gauss–Newton end point of
+    :func:`assemble` (a closed configuration near the input, not the closest one), velocities
+    projected; a model without equalities returns the state with its ball/free quaternions
+    normalised."""
     from .model import JointState
 
     topo = model.topology

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._abstract import AbstractModel, AbstractState
 from .._engine.kernels import cross
 from .._errors import checked_array, fail, is_concrete
 from .bodies import natural_body_com, natural_body_poses, natural_body_velocities
@@ -75,8 +76,9 @@ class _Bound(eqx.Module):
         return self.options._engine_derivatives(model, t, q, u)
 
 
-class JointModel(eqx.Module):
-    """A tree of rigid bodies in joint coordinates (module docstring).
+class JointModel(AbstractModel):
+    """A tree of rigid bodies in joint coordinates (module docstring; an
+    :class:`rbjax.AbstractModel`).
 
     Bodies (nb): ``names``, ``parent`` (index of an earlier body, −1 the world), ``body_pos``
     (nb, 3) and ``body_quat`` (nb, 4, scalar first) the body frame in its parent's at zero
@@ -405,10 +407,11 @@ def _gravcomp_forces(model, inert):
     return jnp.concatenate([cross(r, force), force], axis=0)
 
 
-class JointState(eqx.Module):
-    """Time and MuJoCo-style coordinates of a :class:`JointModel`: ``t`` (*batch), ``qpos``
-    (*batch, nq), ``qvel`` (*batch, nv) (module docstring). Integers become the default
-    float; qvel and t take qpos's dtype."""
+class JointState(AbstractState):
+    """Time and MuJoCo-style coordinates of a :class:`JointModel` (an
+    :class:`rbjax.AbstractState`): ``t`` (*batch), ``qpos`` (*batch, nq), ``qvel`` (*batch,
+    nv) (module docstring). Integers become the default float; qvel and t take qpos's
+    dtype."""
 
     t: Float[Array, "*batch"]
     qpos: Float[Array, "*batch nq"]

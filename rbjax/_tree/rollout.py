@@ -23,6 +23,7 @@ import numpy as np
 from jax.core import Tracer
 from jaxtyping import Array, Float, Int
 
+from .._abstract import AbstractTrajectory
 from .._engine.measures import Natural
 from .._engine.monitors import cheaply_compiled
 from .._engine.rollout import _WORK, DEFAULT_CHUNK, chunked, integrate
@@ -37,8 +38,9 @@ from .model import JointModel, JointState
 from .monitors import QUANTITY, evaluate, joint_spec
 
 
-class JointTrajectory(eqx.Module):
-    """Saved states of a rollout of a :class:`rbjax.JointModel`, the initial one first:
+class JointTrajectory(AbstractTrajectory):
+    """Saved states of a rollout of a :class:`rbjax.JointModel`, the initial one first (an
+    :class:`rbjax.AbstractTrajectory`):
     ``t`` (*batch, T), ``qpos`` (*batch, T, nq), ``qvel`` (*batch, T, nv) with
     T = n_steps // save_every + 1; ``result`` and ``failed_step`` (*batch,) as
     :class:`rbjax.Trajectory`'s; ``measures`` (dict name -> (*batch, ...)) the values of
