@@ -128,3 +128,51 @@ def plane_slider():
 @pytest.fixture
 def close():
     return assert_close
+
+
+# ---------------------------------------------------------------- where the suite's time goes
+# RBJAX_COMPILE_PROFILE=DIR pytest ... writes DIR/<worker>.json: per test, the seconds JAX spent
+# tracing, lowering and compiling (its monitoring events) and the programs it compiled, by name.
+# benchmarks/suite_profile.py sums them into a table. Off unless the variable is set.
+_PROFILE_DIR = os.environ.get("RBJAX_COMPILE_PROFILE")
+_PHASES = {
+    "/jax/core/compile/jaxpr_trace_duration": "trace",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+    "/jax/core/compile/backend_compile_duration": "compile",
+    "/jax/compilation_cache/cache_retrieval_time_sec": "cache_load",
+}
+_profile: dict = {"tests": {}}
+_current: dict | None = None
+
+if _PROFILE_DIR:
+
+    def _on_duration(event, duration, **kwargs):
+        phase = _PHASES.get(event)
+        if phase is None or _current is None:
+            return
+        _current[phase] = _current.get(phase, 0.0) + duration
+        if phase == "compile":
+            name = kwargs.get("fun_name", "?")
+            _current["programs"].append([name, round(duration, 3)])
+
+    jax.monitoring.register_event_duration_secs_listener(_on_duration)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        global _current
+        _current = {"programs": []}
+        import time
+
+        start = time.perf_counter()
+        yield
+        _current["wall"] = time.perf_counter() - start
+        _profile["tests"][item.nodeid] = _current
+        _current = None
+
+    def pytest_unconfigure(config):
+        import json
+
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        os.makedirs(_PROFILE_DIR, exist_ok=True)
+        with open(os.path.join(_PROFILE_DIR, f"{worker}.json"), "w") as fh:
+            json.dump(_profile, fh)
