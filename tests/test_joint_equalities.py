@@ -342,6 +342,41 @@ def coupled(tmp_path_factory):
     return jm, rbjax.JointState(0.0, [p, x0], [dp * v0, v0])
 
 
+def test_velocity_products_equal_the_time_derivative_of_the_constraint_velocity():
+    """The closed-form J̇ q̇ of every equality type (connects and welds between bodies of a
+    ball/hinge/slide tree and the world, a quartic joint coupling; rbjax/_tree/equality.py)
+    equals d/dt (J(q) q̇) at fixed q̇, a forward-mode derivative of J(q) q̇ along q̇pos, at
+    random states off the constraints (the identity holds everywhere)."""
+    from rbjax._tree.dynamics import qpos_rate
+    from rbjax._tree.equality import constraint_rhs, rows
+    from rbjax._tree.kinematics import frames, motion_subspace
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        jm, _, _, _ = build_tree_from_mujoco(
+            _constraints_model(), formulation=rbjax.JointCoordinates()
+        )
+    topo = jm.topology
+    rng = np.random.default_rng(3)
+    q = np.asarray(jm.qpos0)[:, None] + rng.uniform(-0.4, 0.4, (topo.nq, 3))
+    u = jnp.asarray(rng.uniform(-2.0, 2.0, (topo.nv, 3)))
+
+    def both(q, u):
+        f = frames(topo, jm, q)
+        _, r = constraint_rhs(jm, q, u, f, motion_subspace(topo, f))
+
+        def velocity(x):
+            fx = frames(topo, jm, x)
+            return jnp.sum(rows(jm, x, fx, motion_subspace(topo, fx))[1] * u[None], axis=1)
+
+        return r, jax.jvp(velocity, (q,), (qpos_rate(topo, q, u),))[1]
+
+    r, gamma = jax.jit(both)(jnp.asarray(q), u)
+    assert {type(e).__name__ for e in jm.equalities} == {"Connect", "Weld", "JointCoupling"}
+    assert float(jnp.max(jnp.abs(gamma))) > 1.0  # the states do turn the constraints
+    assert_close(r, -gamma, atol=1e-11, rtol=1e-11)
+
+
 def test_joint_coupling_follows_the_reduced_equation(coupled):
     """1 s of RK4 at 1 ms: q₂ within 1e-10 rad of scipy's reduced solution, q₁ = p(q₂), and
     the multiplier (rollout(..., multipliers=True)) at every saved state equal to the torque

@@ -96,16 +96,23 @@ def mass_matrix_from(topo: TreeTopology, model, S, inert):
     return jnp.where(eye, M + arm, M)
 
 
-def bias_from(topo: TreeTopology, model, S, inert, qvel, f_ext=None):
-    """b (nv, ...) = C(q, q̇) q̇ + g(q) − Jᵀ f_ext by recursive Newton–Euler (module
-    docstring); ``f_ext`` (6, nb, ...) spatial forces on the bodies about O, or None."""
+def body_motion(topo: TreeTopology, S, qvel):
+    """(v, a) (6, nb, ...): each body's spatial velocity v_i = Σ_{d ⪯ i} S_d q̇_d and its
+    velocity-product acceleration a_i = Σ_{d ⪯ i} c_d (its acceleration at q̈ = 0, without
+    gravity; module docstring), about its tree's O."""
     Sq = S * qvel[None]
     V = masked_sum(Sq, topo.dof_before)  # velocity after each DOF
     c = cross_motion(V, Sq)
-    v = masked_sum(Sq, topo.body_dofs)
+    return masked_sum(Sq, topo.body_dofs), masked_sum(c, topo.body_dofs)
+
+
+def bias_from(topo: TreeTopology, model, S, inert, qvel, f_ext=None):
+    """b (nv, ...) = C(q, q̇) q̇ + g(q) − Jᵀ f_ext by recursive Newton–Euler (module
+    docstring); ``f_ext`` (6, nb, ...) spatial forces on the bodies about O, or None."""
+    v, a = body_motion(topo, S, qvel)
     tail = qvel.shape[1:]
     g = jnp.concatenate([jnp.zeros(3, qvel.dtype), -model.gravity])
-    a = masked_sum(c, topo.body_dofs) + g.reshape((6, 1) + (1,) * len(tail))
+    a = a + g.reshape((6, 1) + (1,) * len(tail))
     fb = apply_inertia(inert, a) + cross_force(v, apply_inertia(inert, v))
     if f_ext is not None:
         fb = fb - f_ext

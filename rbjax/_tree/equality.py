@@ -35,8 +35,11 @@ truncated eigendecomposition (Udwadia & Schutte 2010, seed 001, eq. (45)).
   g = (q₁ − q₁⁰) − Σₖ cₖ (q₂ − q₂⁰)ᵏ (k = 0..4), J = e₁ − p′(q₂ − q₂⁰) e₂; without a second
   joint, q₁ = q₁⁰ + c₀. λ: the generalized force on joint 1.
 
-J̇ q̇ is the time derivative of J(q) q̇ at fixed q̇, taken by one forward-mode product along
-q̇ (rbjax/_tree/dynamics.py ``qpos_rate``).
+J̇ q̇ is the time derivative of J(q) q̇ at q̈ = 0, in closed form from the velocity-product
+accelerations of the recursive Newton–Euler pass (rbjax/_tree/dynamics.py ``body_motion``):
+a point's acceleration a_O + ω̇ × (p − O) + ω × v_p, a body's ω̇, a coupling's −p″(x₂) q̇₂²
+(Featherstone 2008, §2.11). It replaces a forward-mode product of J(q) q̇ along q̇, which
+traced the kinematics a second time and differentiated them.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from jaxtyping import Array, Float
 from .._engine.kernels import cross
 from .._engine.rank import any_deficient, deficient, guarded
 from .._errors import checked_array
-from .dynamics import qpos_rate
+from .dynamics import body_motion
 from .kinematics import Frames, frames, matmul, matvec, motion_subspace
 from .topology import HINGE, SLIDE
 
@@ -97,6 +100,25 @@ def _angular_jacobian(topo, S, b: int, tail):
     return jnp.where(_mask(topo, b, tail), S[:3], 0.0)
 
 
+def _point_bias(f: Frames, V, A, b: int, p, tail):
+    """The acceleration (3, *tail) at q̈ = 0 of the point p moving with body b (zero for the
+    world): with the body's spatial velocity (ω, v_O) and velocity-product acceleration
+    (ω̇, a_O) about its tree's point O (rbjax/_tree/dynamics.py ``body_motion``), the
+    point's velocity is v_p = v_O + ω × (p − O) and its acceleration
+    a_O + ω̇ × (p − O) + ω × v_p (Featherstone 2008, §2.11: the classical acceleration
+    from the spatial one)."""
+    if b < 0:
+        return jnp.zeros((3,) + tail, p.dtype)
+    r = p - f.origin[:, b]
+    w, v_o, wd, a_o = V[:3, b], V[3:, b], A[:3, b], A[3:, b]
+    return a_o + cross(wd, r) + cross(w, v_o + cross(w, r))
+
+
+def _angular_bias(A, b: int, tail, dtype):
+    """ω̇ (3, *tail) of body b at q̈ = 0 (zero for the world)."""
+    return jnp.zeros((3,) + tail, dtype) if b < 0 else A[:3, b]
+
+
 class AbstractEquality(eqx.Module):
     """An equation g(q) = 0 of a :class:`rbjax.JointModel`, held by a multiplier (module
     docstring). ``rows`` equations; :meth:`residual` g (rows, *batch) and :meth:`jacobian`
@@ -113,6 +135,12 @@ class AbstractEquality(eqx.Module):
 
     @abc.abstractmethod
     def jacobian(self, model, q, f: Frames, S): ...
+
+    @abc.abstractmethod
+    def velocity_product(self, model, q, u, f: Frames, V, A):
+        """J̇ q̇ (rows, *batch): the time derivative of J(q) q̇ at q̈ = 0, from the bodies'
+        spatial velocities V and velocity-product accelerations A (6, nb, *batch)
+        (rbjax/_tree/dynamics.py ``body_motion``)."""
 
     def body_forces(self, model, q, f: Frames, lam):
         """The spatial forces (6, nb, *batch) about each tree's O that multipliers ``lam``
@@ -176,6 +204,14 @@ class Connect(AbstractEquality):
         p2 = _point(f, self.body2, self.anchor2, tail)
         return _point_jacobian(topo, f, S, self.body1, p1, tail) - _point_jacobian(
             topo, f, S, self.body2, p2, tail
+        )
+
+    def velocity_product(self, model, q, u, f, V, A):
+        tail = q.shape[1:]
+        p1 = _point(f, self.body1, self.anchor1, tail)
+        p2 = _point(f, self.body2, self.anchor2, tail)
+        return _point_bias(f, V, A, self.body1, p1, tail) - _point_bias(
+            f, V, A, self.body2, p2, tail
         )
 
     def body_forces(self, model, q, f, lam):
@@ -244,6 +280,18 @@ class Weld(AbstractEquality):
         )
         return jnp.concatenate([lin, ang], axis=0)
 
+    def velocity_product(self, model, q, u, f, V, A):
+        tail = q.shape[1:]
+        p1 = _point(f, self.body1, self.anchor1, tail)
+        p2 = _point(f, self.body2, self.anchor2, tail)
+        lin = _point_bias(f, V, A, self.body1, p1, tail) - _point_bias(
+            f, V, A, self.body2, p2, tail
+        )
+        ang = _angular_bias(A, self.body1, tail, q.dtype) - _angular_bias(
+            A, self.body2, tail, q.dtype
+        )
+        return jnp.concatenate([lin, ang], axis=0)
+
     def body_forces(self, model, q, f, lam):
         tail = q.shape[1:]
         p1 = _point(f, self.body1, self.anchor1, tail)
@@ -306,6 +354,16 @@ class JointCoupling(AbstractEquality):
             J = J.at[0, topo.dofadr[self.joint2]].add(-slope)
         return J
 
+    def velocity_product(self, model, q, u, f, V, A):
+        # d/dt (q̇₁ − p′(x₂) q̇₂) at q̈ = 0 is −p″(x₂) q̇₂² (a hinge or slide: ẋ = q̇)
+        if self.joint2 < 0:
+            return jnp.zeros((1,) + q.shape[1:], q.dtype)
+        c = self.polycoef
+        x2 = self._x(model, q, self.joint2)
+        curve = 2 * c[2] + x2 * (6 * c[3] + x2 * 12 * c[4])
+        v2 = u[model.topology.dofadr[self.joint2]]
+        return (-curve * v2 * v2)[None]
+
 
 def rows(model, q, f: Frames, S):
     """(g (m, *batch), J (m, nv, *batch)) of all the model's equalities, stacked in order."""
@@ -314,20 +372,12 @@ def rows(model, q, f: Frames, S):
     return jnp.concatenate(gs, axis=0), jnp.concatenate(Js, axis=0)
 
 
-def _velocity(model, q, u):
-    """J(q) u (m, *batch)."""
-    f = frames(model.topology, model, q)
-    S = motion_subspace(model.topology, f)
-    J = jnp.concatenate([e.jacobian(model, q, f, S) for e in model.equalities], axis=0)
-    return jnp.sum(J * u[None], axis=1)
-
-
 def constraint_rhs(model, q, u, f: Frames, S):
     """(J (m, nv, *batch), r (m, *batch)) of J q̈ = r (module docstring)."""
     g, J = rows(model, q, f, S)
     Ju = jnp.sum(J * u[None], axis=1)
-    _, gamma = jax.jvp(lambda x: _velocity(model, x, u), (q,), (qpos_rate(model.topology, q, u),))
-    r = -gamma
+    V, A = body_motion(model.topology, S, u)
+    r = -jnp.concatenate([e.velocity_product(model, q, u, f, V, A) for e in model.equalities])
     if model.baumgarte is not None:
         alpha, beta = model.baumgarte
         r = r - 2.0 * alpha * Ju - beta * beta * g
