@@ -25,14 +25,20 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ._errors import Rule, check_finite, enforce, fail, ordered, validates_inputs
+from ._errors import Rule, check_finite, enforce, fail, is_concrete, ordered, validates_inputs
 
 
-def _vector(field: str, x, n: int, fix: str):
+def _vector(field: str, x, n: int, fix: str, shape: tuple[int, ...] | None = None):
+    """``x`` (n,) of finite numbers in the default float dtype, reshaped to ``shape`` (a
+    scalar: ``()``). Concrete input is converted by NumPy: no compiled op per field."""
     if np.shape(x) != (n,):
         fail(field, x, f"has shape {np.shape(x)}, expected ({n},)", fix)
     check_finite(field, x, fix)
-    return jnp.asarray(x, dtype=jnp.result_type(float))
+    dtype = jnp.result_type(float)
+    shape = (n,) if shape is None else shape
+    if is_concrete(x):
+        return jnp.asarray(np.asarray(x, dtype=dtype).reshape(shape))
+    return jnp.asarray(x, dtype=dtype).reshape(shape)
 
 
 def _range(field: str, r, fix: str):
@@ -133,14 +139,14 @@ class Actuator(eqx.Module):
         fix = "give finite numbers"
         self.gain = _vector(f"{name}.gain", gain, 3, f"{fix}: (a0, a1, a2)")
         self.bias = _vector(f"{name}.bias", bias, 3, f"{fix}: (b0, b1, b2)")
-        self.gear = jnp.asarray(_vector(f"{name}.gear", [gear], 1, fix)[0])
-        self.offset = jnp.asarray(_vector(f"{name}.offset", [offset], 1, fix)[0])
+        self.gear = _vector(f"{name}.gear", [gear], 1, fix, shape=())
+        self.offset = _vector(f"{name}.offset", [offset], 1, fix, shape=())
         self.ctrl_range = _range(f"{name}.ctrl_range", ctrl_range, "give (low, high) or None")
         self.force_range = _range(f"{name}.force_range", force_range, "give (low, high) or None")
         if not callable(control):
-            control = _vector(f"{name}.control", np.reshape(control, (-1,)), np.size(control), fix)
-            if control.shape == (1,):
-                control = control[0]
+            n = np.size(control)
+            shape = () if n == 1 else (n,)
+            control = _vector(f"{name}.control", np.reshape(control, (-1,)), n, fix, shape=shape)
         self.control = control
         self.index = None if index is None else int(index)
         self.name = str(name)

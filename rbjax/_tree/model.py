@@ -17,6 +17,7 @@ leaves (RK4: O(h⁴)) therefore changes no force and no acceleration; nothing re
 from __future__ import annotations
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
@@ -74,6 +75,16 @@ class _Bound(eqx.Module):
 
     def _engine_derivatives(self, model, t, q, u):
         return self.options._engine_derivatives(model, t, q, u)
+
+
+def _unit_rows(x, floor: float):
+    """x / max(|x|, floor) row by row; by NumPy when x is concrete (no compiled op)."""
+    if is_concrete(x):
+        a = np.asarray(x)
+        with np.errstate(divide="ignore", invalid="ignore"):  # as jnp: a zero row is NaN
+            unit = a / np.maximum(np.linalg.norm(a, axis=-1, keepdims=True), floor)
+        return jnp.asarray(unit, dtype=x.dtype)
+    return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), floor)
 
 
 class JointModel(AbstractModel):
@@ -158,7 +169,7 @@ class JointModel(AbstractModel):
         self.topology = topo
         self.body_pos = checked_array("body_pos", body_pos, (nb, 3), fix)
         quat = checked_array("body_quat", body_quat, (nb, 4), fix)
-        self.body_quat = quat / jnp.linalg.norm(quat, axis=-1, keepdims=True)
+        self.body_quat = _unit_rows(quat, 0.0)
         self.mass = checked_array("mass", mass, (nb,), fix)
         self.com = checked_array("com", com, (nb, 3), fix)
         self.inertia = checked_array("inertia", inertia, (nb, 3, 3), fix)
@@ -182,7 +193,7 @@ class JointModel(AbstractModel):
                         "is zero",
                         "give the joint's axis direction",
                     )
-        self.joint_axis = axis / jnp.maximum(jnp.linalg.norm(axis, axis=-1, keepdims=True), 1e-300)
+        self.joint_axis = _unit_rows(axis, 1e-300)
         if qpos0 is None:
             qpos0 = np.zeros(nq)
             for j, k in enumerate(topo.joint_types):
@@ -418,6 +429,11 @@ class JointState(AbstractState):
     qvel: Float[Array, "*batch nv"]
 
     def __init__(self, t, qpos, qvel):
+        if not any(isinstance(x, jax.Array) for x in (t, qpos, qvel)):  # host input: NumPy
+            qpos = np.asarray(qpos)  # converts (no compiled op per field)
+            if not np.issubdtype(qpos.dtype, np.floating):
+                qpos = qpos.astype(jnp.result_type(float))
+            t, qvel = np.asarray(t, qpos.dtype), np.asarray(qvel, qpos.dtype)
         qpos = jnp.asarray(qpos)
         if not jnp.issubdtype(qpos.dtype, jnp.floating):
             qpos = qpos.astype(jnp.result_type(float))
