@@ -34,6 +34,7 @@ def summarise(tests: dict[str, dict], top: int) -> dict:
     total["other"] = total["wall"] - sum(total[p] for p in PHASES)
     files: dict[str, dict] = collections.defaultdict(lambda: collections.defaultdict(float))
     programs: dict[str, list] = collections.defaultdict(lambda: [0, 0.0])
+    traced: dict[str, list] = collections.defaultdict(lambda: [0, 0.0])
     for nodeid, t in tests.items():
         f = files[nodeid.split("::")[0]]
         for p in (*PHASES, "wall"):
@@ -42,13 +43,18 @@ def summarise(tests: dict[str, dict], top: int) -> dict:
         for name, seconds in t["programs"]:
             programs[name][0] += 1
             programs[name][1] += seconds
+        for name, seconds in t.get("traced", ()):
+            traced[name][0] += 1
+            traced[name][1] += seconds
     by_file = sorted(files.items(), key=lambda kv: -kv[1]["wall"])
     by_program = sorted(programs.items(), key=lambda kv: -kv[1][1])
+    by_traced = sorted(traced.items(), key=lambda kv: -kv[1][1])
     return {
         "tests": len(tests),
         "total": total,
         "files": [{"file": k, **v} for k, v in by_file],
         "programs": [{"name": k, "count": c, "compile": s} for k, (c, s) in by_program[:top]],
+        "traced": [{"name": k, "count": c, "trace": s} for k, (c, s) in by_traced[:top]],
     }
 
 
@@ -75,6 +81,9 @@ def main() -> None:
     print("\n| program | compiled | compile s |\n|---|---|---|")
     for p in s["programs"]:
         print(f"| {p['name']} | {p['count']} | {p['compile']:.1f} |")
+    print("\n| traced function | traced | trace s |\n|---|---|---|")
+    for p in s["traced"]:
+        print(f"| {p['name']} | {p['count']} | {p['trace']:.1f} |")
     if args.json:
         args.json.write_text(json.dumps(s, indent=1))
 

@@ -151,16 +151,16 @@ if _PROFILE_DIR:
         if phase is None or _current is None:
             return
         _current[phase] = _current.get(phase, 0.0) + duration
-        if phase == "compile":
-            name = kwargs.get("fun_name", "?")
-            _current["programs"].append([name, round(duration, 3)])
+        if phase in ("trace", "compile"):  # by name: "programs" compiled, "traced" functions
+            key = "programs" if phase == "compile" else "traced"
+            _current.setdefault(key, []).append([kwargs.get("fun_name", "?"), round(duration, 3)])
 
     jax.monitoring.register_event_duration_secs_listener(_on_duration)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item, nextitem):
         global _current
-        _current = {"programs": []}
+        _current = {"programs": [], "traced": []}
         import time
 
         start = time.perf_counter()
