@@ -89,10 +89,9 @@ def run(name, argv, capsys):
             "largest |error| / σ (inertia, bias, misalignment)",
         ),
         (
-            "identify_arm",  # 1.5 s, 2 segments (the default 4 s and 8 segments take minutes;
-            # 1 s leaves the Coulomb friction too weak for 100 LM steps; 2 segments converge in
-            # 60-64 LM steps where 3 took 80-88, seeds 0-2, the same estimates)
-            ["--seconds", "1.5", "--segments", "2"],
+            "identify_arm",  # the defaults (4 s, 8 segments): 17 LM steps, 19 s in joint
+            # coordinates (in maximal coordinates 1.5 s and 2 segments took 117 s)
+            [],
             "largest |error| / σ (masses, friction)",
         ),
         (
