@@ -17,7 +17,7 @@ evaluation per step (issue 36). RK4, float64, dt = 1e-3.
 a fresh interpreter per sample (trace, compile and run of a 100-step RK4 rollout, dt = 1e-3,
 B = 1), with the default monitors and with ``monitors=None``, the samples interleaved and
 their median reported (the monitors' own program is compiled with cheap XLA options,
-rbjax/_oneshot.py ``CHEAP``). Models: the double pendulum and arm7 in joint
+rbjax/_engine/monitors.py ``CHEAP``). Models: the double pendulum and arm7 in joint
 coordinates, the double pendulum and the four-bar in maximal coordinates.
 
     python benchmarks/monitors.py --first-call [--repeats 3] [--json out.json]

@@ -28,7 +28,7 @@ from ._analysis.checks import check_mechanism_state, input_violations, model_rul
 from ._body import validate_inertia, validate_mass
 from ._engine import rank
 from ._engine.layout import to_components
-from ._engine.monitors import Spec
+from ._engine.monitors import Spec, cheaply_compiled
 from ._engine.rollout import _WORK, DEFAULT_CHUNK, chunked, integrate, watch
 from ._errors import check_declared, is_concrete, validates_inputs
 from ._gradient_guard import guard_inputs, guard_output
@@ -36,7 +36,6 @@ from ._integrators import RK4, AbstractIntegrator, check_dt
 from ._measures import check_measures
 from ._model import require_model
 from ._monitors import Plausibility, energy_watch
-from ._oneshot import one_shot_jit
 from ._results import RESULTS
 from ._state import State, saved_state
 from ._tree.model import JointModel, JointState
@@ -587,7 +586,7 @@ def _joint_rollout(
     )
 
 
-@one_shot_jit
+@cheaply_compiled
 def _monitored(traj: Trajectory, model, spec: Spec, save_every: int, h) -> Trajectory:
     """The plausibility monitors of a finished rollout (rbjax/_engine/monitors.py). For a
     model with work, ``traj.monitors`` holds what its loop accumulated (W, A and P at the

@@ -1,4 +1,4 @@
-"""The plausibility monitors' own program (rbjax/_oneshot.py ``one_shot_jit``):
+"""The plausibility monitors' own program (rbjax/_engine/monitors.py ``cheaply_compiled``):
 the same values eager and under a caller's jit (where JAX takes no compiler options for an
 inner program), the quantity the public energies give, and a loop whose bits
 do not depend on them."""

@@ -39,7 +39,6 @@ import numpy as np
 from .._analysis.assembly import assemble
 from .._analysis.checks import check_mechanism_state
 from .._model import require_model
-from .._oneshot import one_shot_jit
 from .._rollout import Trajectory, _available_memory, rollout
 from . import joint, quantities, runfile
 from .arguments import duration, integer, large, numbers, real, seed
@@ -455,18 +454,14 @@ def _derived(model, arrays, batched, coords):
     n = arrays["q"].shape[0]
     mass = jnp.broadcast_to(model.mass, (n, model.nb))  # one row per sample (perturbed or not)
     inertia = jnp.broadcast_to(model.inertia, (n, model.nb, 3, 3))
-    out = _derive_many(model, mass, inertia, arrays["t"], arrays["q"], arrays["u"], lam, coords)
-    return {k: np.asarray(v) for k, v in out.items()}
 
-
-@one_shot_jit
-def _derive_many(model, mass, inertia, t, q, u, lam, coords):
     def one(m, i, t, q, u, lam_):
         return quantities.derive(
             eqx.tree_at(lambda x: (x.mass, x.inertia), model, (m, i)), t, q, u, lam_, coords
         )
 
-    return jax.vmap(one)(mass, inertia, t, q, u, lam)
+    out = jax.vmap(one)(mass, inertia, arrays["t"], arrays["q"], arrays["u"], lam)
+    return {k: np.asarray(v) for k, v in out.items()}
 
 
 def _report(args, model, arrays, meta, result, failed) -> int:

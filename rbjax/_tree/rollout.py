@@ -25,11 +25,11 @@ from jaxtyping import Array, Float, Int
 
 from .._abstract import AbstractTrajectory
 from .._engine.measures import Natural
+from .._engine.monitors import cheaply_compiled
 from .._engine.rollout import _WORK, DEFAULT_CHUNK, chunked, integrate
 from .._errors import check_finite, is_concrete
 from .._gradient_guard import GuardedSteps, guard_inputs, guard_output
 from .._integrators import AbstractExplicitRK, SemiImplicitEuler
-from .._oneshot import one_shot_jit
 from .._results import RESULTS
 from .._state import fresh_tolerances
 from .equality import violations
@@ -360,7 +360,7 @@ def _run(
     )
 
 
-@one_shot_jit
+@cheaply_compiled
 def _monitored(traj: JointTrajectory, model, spec, save_every: int, h) -> JointTrajectory:
     """The plausibility monitors of a finished rollout (rbjax/_tree/monitors.py): a system
     becomes implausible where it had not failed, or had failed only later; ``monitors``
