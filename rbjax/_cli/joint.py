@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._analysis.assembly import assemble
+from .._engine.monitors import cheaply_compiled
 from .._results import RESULTS
 from .._rollout import _available_memory, rollout
 from .._tree.bodies import body_com, body_poses, momenta
@@ -171,7 +172,6 @@ def integrate(model, params, state, dt, n_steps, save_every, integrator, n_seg, 
     return {"t": t, "qpos": qpos, "qvel": qvel}, result, failed, times
 
 
-@eqx.filter_jit
 def derive(model: JointModel, qpos, qvel) -> dict:
     """What the run file stores of ONE system's saved states qpos (T, nq), qvel (T, nv):
     body poses ``xpos`` (T, nb, 3), ``xquat`` (T, nb, 4), centres of mass ``xipos``
@@ -192,17 +192,27 @@ def derive(model: JointModel, qpos, qvel) -> dict:
     return out
 
 
+# Run once per run file: compiled with the monitors' cheap XLA options (rbjax/_engine/monitors.py
+# CHEAP): arm7's quantities 2.3-3.0 -> 1.2-1.4 s after the run, energies equal to 1 ulp.
+_derive_one = cheaply_compiled(derive)
+
+
+@cheaply_compiled
+def _derive_many(model: JointModel, params, qpos, qvel) -> dict:
+    return jax.vmap(lambda p, a, b: derive(_with(model, p), a, b))(params, qpos, qvel)
+
+
 def _derived(model, params, arrays) -> dict:
     qpos, qvel = arrays["qpos"], arrays["qvel"]
     if qpos.ndim == 2:
-        return {k: np.asarray(v) for k, v in derive(model, qpos, qvel).items()}
+        return {k: np.asarray(v) for k, v in _derive_one(model, qpos, qvel).items()}
     n = qpos.shape[0]
     if params is None:
         params = (
             jnp.broadcast_to(model.mass, (n, model.nb)),
             jnp.broadcast_to(model.inertia, (n, model.nb, 3, 3)),
         )
-    out = jax.vmap(lambda p, a, b: derive(_with(model, p), a, b))(params, qpos, qvel)
+    out = _derive_many(model, params, qpos, qvel)
     return {k: np.asarray(v) for k, v in out.items()}
 
 

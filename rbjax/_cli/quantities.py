@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,6 +18,7 @@ from .._analysis.invariants import (
     potential_energy,
 )
 from .._analysis.joint_space import JointSpace
+from .._engine.monitors import cheaply_compiled
 from .._reactions import Reactions, reactions
 from .._state import saved_state
 
@@ -89,7 +89,7 @@ def coordinate_names(js: JointSpace) -> tuple[list[str], list[str]]:
     return pos, vel
 
 
-@eqx.filter_jit
+@cheaply_compiled  # once per run file: the monitors' cheap XLA options
 def derive(model, t, q, u, lam, coordinates: Layout = Layout()):
     """Quantities of ONE system's saved states t (T,), q, u (T, nb, 7) and multipliers lam
     (T, nb + m) or None: a dict of arrays with a leading T axis (runfile.py lists them), the

@@ -38,6 +38,7 @@ import numpy as np
 
 from .._analysis.assembly import assemble
 from .._analysis.checks import check_mechanism_state
+from .._engine.monitors import cheaply_compiled
 from .._model import require_model
 from .._rollout import Trajectory, _available_memory, rollout
 from . import joint, quantities, runfile
@@ -454,14 +455,18 @@ def _derived(model, arrays, batched, coords):
     n = arrays["q"].shape[0]
     mass = jnp.broadcast_to(model.mass, (n, model.nb))  # one row per sample (perturbed or not)
     inertia = jnp.broadcast_to(model.inertia, (n, model.nb, 3, 3))
+    out = _derive_many(model, mass, inertia, arrays["t"], arrays["q"], arrays["u"], lam, coords)
+    return {k: np.asarray(v) for k, v in out.items()}
 
+
+@cheaply_compiled  # once per run file: the monitors' cheap XLA options
+def _derive_many(model, mass, inertia, t, q, u, lam, coords):
     def one(m, i, t, q, u, lam_):
         return quantities.derive(
             eqx.tree_at(lambda x: (x.mass, x.inertia), model, (m, i)), t, q, u, lam_, coords
         )
 
-    out = jax.vmap(one)(mass, inertia, arrays["t"], arrays["q"], arrays["u"], lam)
-    return {k: np.asarray(v) for k, v in out.items()}
+    return jax.vmap(one)(mass, inertia, t, q, u, lam)
 
 
 def _report(args, model, arrays, meta, result, failed) -> int:
