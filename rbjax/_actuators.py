@@ -25,25 +25,20 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ._errors import Rule, check_finite, enforce, fail, is_concrete, ordered, validates_inputs
+from ._errors import Rule, check_finite, checked_array, enforce, fail, ordered, validates_inputs
 
 
-def _vector(field: str, x, n: int, fix: str, shape: tuple[int, ...] | None = None):
-    """``x`` (n,) of finite numbers in the default float dtype, reshaped to ``shape`` (a
-    scalar: ``()``). Concrete input is converted by NumPy: no compiled op per field."""
-    if np.shape(x) != (n,):
-        fail(field, x, f"has shape {np.shape(x)}, expected ({n},)", fix)
-    check_finite(field, x, fix)
+def _vector(field: str, x, shape: tuple[int, ...], fix: str):
+    """``x`` of exactly ``shape``, finite, in the default float dtype (rbjax/_errors.py
+    ``checked_array``: host input converted by NumPy, no compiled op per field)."""
+    a = checked_array(field, x, shape, fix)
     dtype = jnp.result_type(float)
-    shape = (n,) if shape is None else shape
-    if is_concrete(x):
-        return jnp.asarray(np.asarray(x, dtype=dtype).reshape(shape))
-    return jnp.asarray(x, dtype=dtype).reshape(shape)
+    return a if a.dtype == dtype else a.astype(dtype)
 
 
 def _range(field: str, r, fix: str):
     """A finite (low, high) pair or None; low <= high is the class's rule (:func:`_ordered`)."""
-    return None if r is None else _vector(field, r, 2, fix)
+    return None if r is None else _vector(field, r, (2,), fix)
 
 
 def _ordered(field: str) -> Rule:
@@ -137,16 +132,16 @@ class Actuator(eqx.Module):
         name: str = "actuator",
     ):
         fix = "give finite numbers"
-        self.gain = _vector(f"{name}.gain", gain, 3, f"{fix}: (a0, a1, a2)")
-        self.bias = _vector(f"{name}.bias", bias, 3, f"{fix}: (b0, b1, b2)")
-        self.gear = _vector(f"{name}.gear", [gear], 1, fix, shape=())
-        self.offset = _vector(f"{name}.offset", [offset], 1, fix, shape=())
+        self.gain = _vector(f"{name}.gain", gain, (3,), f"{fix}: (a0, a1, a2)")
+        self.bias = _vector(f"{name}.bias", bias, (3,), f"{fix}: (b0, b1, b2)")
+        self.gear = _vector(f"{name}.gear", gear, (), fix)
+        self.offset = _vector(f"{name}.offset", offset, (), fix)
         self.ctrl_range = _range(f"{name}.ctrl_range", ctrl_range, "give (low, high) or None")
         self.force_range = _range(f"{name}.force_range", force_range, "give (low, high) or None")
         if not callable(control):
             n = np.size(control)
-            shape = () if n == 1 else (n,)
-            control = _vector(f"{name}.control", np.reshape(control, (-1,)), n, fix, shape=shape)
+            flat = np.reshape(control, () if n == 1 else (n,))
+            control = _vector(f"{name}.control", flat, np.shape(flat), fix)
         self.control = control
         self.index = None if index is None else int(index)
         self.name = str(name)
