@@ -429,14 +429,11 @@ class JointState(AbstractState):
     qvel: Float[Array, "*batch nv"]
 
     def __init__(self, t, qpos, qvel):
-        if not any(isinstance(x, jax.Array) for x in (t, qpos, qvel)):  # host input: NumPy
-            qpos = np.asarray(qpos)  # converts (no compiled op per field)
-            if not np.issubdtype(qpos.dtype, np.floating):
-                qpos = qpos.astype(jnp.result_type(float))
-            t, qvel = np.asarray(t, qpos.dtype), np.asarray(qvel, qpos.dtype)
-        qpos = jnp.asarray(qpos)
-        if not jnp.issubdtype(qpos.dtype, jnp.floating):
+        # host input converted by NumPy (no compiled op per field), JAX arrays by jax.numpy
+        xp = jnp if any(isinstance(x, jax.Array) for x in (t, qpos, qvel)) else np
+        qpos = xp.asarray(qpos)
+        if not xp.issubdtype(qpos.dtype, xp.floating):
             qpos = qpos.astype(jnp.result_type(float))
-        self.qpos = qpos
-        self.qvel = jnp.asarray(qvel, dtype=qpos.dtype)
-        self.t = jnp.asarray(t, dtype=qpos.dtype)
+        self.qpos = jnp.asarray(qpos)
+        self.qvel = jnp.asarray(xp.asarray(qvel, dtype=qpos.dtype))
+        self.t = jnp.asarray(xp.asarray(t, dtype=qpos.dtype))
