@@ -155,6 +155,14 @@ class AbstractObservation(eqx.Module):
         """Prediction − measurement (K, d), in the quantity's units."""
         return prediction - self.values
 
+    def align(self, model: AbstractModel, reference: Array, prediction: Array) -> Array:
+        """``prediction`` (K, d) as the representative nearest ``reference`` (K, d) of what
+        :meth:`compare` treats as the same reading (default: itself). A delayed observation
+        interpolates its predictions between integration steps after this (an angle that
+        wraps at ±π, a quaternion whose sign flips, would otherwise be interpolated across
+        the jump)."""
+        return prediction
+
     def error(self, model: AbstractModel, states: AbstractState, params) -> Array:
         """Prediction − measurement (K, d) at the K states."""
         return self.compare(model, self.predict(model, states, params))
@@ -282,6 +290,11 @@ class Orientation(_AbstractBodyObservation):
 
     def compare(self, model, prediction):
         return rotvec_between(self.values.astype(prediction.dtype), prediction)
+
+    def align(self, model, reference, prediction):
+        """q or −q, whichever is nearer ``reference`` (the same rotation)."""
+        flip = jnp.sum(reference * prediction, axis=-1, keepdims=True) < 0
+        return jnp.where(flip, -prediction, prediction)
 
 
 class AngularVelocity(_AbstractBodyObservation):

@@ -4,6 +4,7 @@ host-side validation shared by :func:`rbjax.identify` and :func:`rbjax.residuals
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -135,7 +136,8 @@ def observe(problem: Problem, params, model, init, rest, qs, us, ok):
             parts.append(o.residual(model, samples, params).reshape(-1))
             continue
         tau = resolve(delay, params, 0.0, (), dtype)
-        pred = delayed(o.predict(model, grid, params), tf, problem.pick, qs.shape[1], tau)
+        align = functools.partial(o.align, model)
+        pred = delayed(o.predict(model, grid, params), tf, problem.pick, qs.shape[1], tau, align)
         parts.append(o.whiten(o.compare(model, pred)).reshape(-1))
     ends = None
     if rest is not None:
@@ -146,13 +148,18 @@ def observe(problem: Problem, params, model, init, rest, qs, us, ok):
     return r, ends
 
 
-def delayed(h, tf, pick, width: int, tau):
+def delayed(h, tf, pick, width: int, tau, align=None):
     """The predictions ``h`` (S·width, d) on the integration grid ``tf`` (S·width,: the
     segments one after another, each ``width`` points, non-decreasing, padded at the end with
     repeats of its last time) interpolated at t_k − τ for the samples at grid indices
     ``pick`` (K,), within each sample's segment (t_k − τ clamped to its time span). Cubic
     Hermite on the grid, slopes by the secants of the neighbouring points (Catmull–Rom on a
-    non-uniform grid): C¹ in τ, error O(Δt³) in the step size."""
+    non-uniform grid): C¹ in τ, error O(Δt³) in the step size.
+
+    ``align(reference, x)`` (an observation's :meth:`AbstractObservation.align`) moves the
+    neighbours of each interval's left point to the representative nearest it (an angle
+    wrapped at ±π, a quaternion's sign) before interpolating, so that an interval where the
+    prediction jumps by a period is interpolated along the motion, not across the jump."""
     if width == 1:  # every sample at the start of its segment: nothing to interpolate
         return h[pick]
     lo = (pick // width) * width
@@ -163,20 +170,23 @@ def delayed(h, tf, pick, width: int, tau):
     a = b - 1
     a0 = jnp.maximum(a - 1, lo)
     b1 = jnp.minimum(b + 1, hi)
+    ha, h_a0, hb, h_b1 = h[a], h[a0], h[b], h[b1]
+    if align is not None:
+        h_a0, hb, h_b1 = align(ha, h_a0), align(ha, hb), align(ha, h_b1)
 
-    def secant(i, j):
+    def secant(hi_, hj, i, j):
         w = tf[j] - tf[i]
         safe = jnp.where(w > 0, w, 1.0)
-        return jnp.where((w > 0)[:, None], (h[j] - h[i]) / safe[:, None], 0.0)
+        return jnp.where((w > 0)[:, None], (hj - hi_) / safe[:, None], 0.0)
 
     w = tf[b] - tf[a]
     s = jnp.where(w > 0, (t_star - tf[a]) / jnp.where(w > 0, w, 1.0), 0.0)[:, None]
-    ma, mb = secant(a0, b) * w[:, None], secant(a, b1) * w[:, None]
+    ma, mb = secant(h_a0, hb, a0, b) * w[:, None], secant(ha, h_b1, a, b1) * w[:, None]
     s2, s3 = s * s, s * s * s
     return (
-        (2 * s3 - 3 * s2 + 1) * h[a]
+        (2 * s3 - 3 * s2 + 1) * ha
         + (s3 - 2 * s2 + s) * ma
-        + (-2 * s3 + 3 * s2) * h[b]
+        + (-2 * s3 + 3 * s2) * hb
         + (s3 - s2) * mb
     )
 

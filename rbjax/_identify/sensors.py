@@ -372,12 +372,26 @@ class JointEncoder(AbstractObservation):
         coords = jax.vmap(lambda q: js._joint_coordinates(k, q, frames))(arrays(states)[0])
         return coords + resolve(self.offset, params, 0.0, (self.dim,), coords.dtype)
 
+    def _angular(self, model) -> tuple[bool, ...]:
+        """Which of the joint's coordinates are angles (validated by :meth:`check`)."""
+        if is_joint(model):
+            return (self._tree_coordinate(model)[1],)
+        angular = self._coordinate(model)[2]
+        assert angular is not None  # check() refused the other joints
+        return angular
+
     def compare(self, model, prediction):
         """Prediction − measurement, angles wrapped to (−π, π]."""
-        if is_joint(model):
-            angular = (self._tree_coordinate(model)[1],)
-        else:
-            angular = self._coordinate(model)[2]
         d = prediction - self.values.astype(prediction.dtype)
-        wrapped = jnp.arctan2(jnp.sin(d), jnp.cos(d))
-        return jnp.where(jnp.asarray(angular), wrapped, d)
+        return jnp.where(jnp.asarray(self._angular(model)), _wrap(d), d)
+
+    def align(self, model, reference, prediction):
+        """Angles moved by a multiple of 2π to within π of ``reference`` (maximal
+        coordinates read a revolute angle wrapped to (−π, π])."""
+        moved = reference + _wrap(prediction - reference)
+        return jnp.where(jnp.asarray(self._angular(model)), moved, prediction)
+
+
+def _wrap(d):
+    """d wrapped to (−π, π]."""
+    return jnp.arctan2(jnp.sin(d), jnp.cos(d))
