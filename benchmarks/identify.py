@@ -648,6 +648,9 @@ def table(records: list) -> str:
     return "\n".join(lines)
 
 
+CHI2_MISFIT = 10.0  # a reduced χ² this far above 1 is a misfit (a local minimum), not noise
+
+
 def verdicts(records: list) -> list[str]:
     """One honest line per problem and sysid row: accuracy (max |z|, both against the truth)
     and wall time, first call (rbjax: load and compilation included) and further calls."""
@@ -660,7 +663,10 @@ def verdicts(records: list) -> list[str]:
             if q != p or tool.startswith("rbjax"):
                 continue
             za, zb = a["max_abs_z"], b["max_abs_z"]
-            if za <= Z_OK and zb <= Z_OK:
+            wrong = [n for n, r in ((mine, a), (tool, b)) if r["reduced_chi2"] > CHI2_MISFIT]
+            if wrong:  # not a bias: the optimiser stopped where the model misses the data
+                acc = f"{' and '.join(wrong)} stopped in a local minimum (reduced χ² > {CHI2_MISFIT:g})"
+            elif za <= Z_OK and zb <= Z_OK:
                 acc = f"equally accurate (both within {Z_OK:g} σ of the truth)"
             elif za <= Z_OK:
                 acc = f"MORE accurate ({tool} is biased: max |z| > {Z_OK:g})"
