@@ -301,11 +301,16 @@ def rbjax_problem(prob: Problem, times, y, joint: bool = False):
         damped = lambda m: m.forces[0].damping  # noqa: E731
         damping = lambda m, d: d  # noqa: E731
     guess = {k: v[1] for k, v in prob.unknowns.items()}
-    positive = lambda x: rbjax.Positive.from_value(float(x))
+    # every unknown in the interval sysid's box constraints give it (rbjax.Bounded), so that
+    # both fits solve the same problem
+    lo_hi = {k: v[2] for k, v in prob.unknowns.items()}
+    bounded = lambda k, x=None: rbjax.Bounded.from_value(  # noqa: E731
+        guess[k] if x is None else x, *lo_hi[k]
+    )
     sigma = prob.sigma
 
     if prob.name == "pendulum":
-        params0 = {"mass": positive(guess["mass"]), "damping": positive(guess["damping"])}
+        params0 = {"mass": bounded("mass"), "damping": bounded("damping")}
 
         def build(p):
             model = eqx.tree_at(
@@ -319,12 +324,12 @@ def rbjax_problem(prob: Problem, times, y, joint: bool = False):
         names = {"mass": "['mass']", "damping": "['damping']"}
     elif prob.name == "double_pendulum":
         params0 = {
-            "mass1": positive(guess["mass1"]),
-            "mass2": positive(guess["mass2"]),
-            "damping1": positive(guess["damping1"]),
-            "delay": jnp.asarray(guess["delay"]),
-            "offset1": jnp.asarray([guess["offset1"]]),
-            "offset2": jnp.asarray([guess["offset2"]]),
+            "mass1": bounded("mass1"),
+            "mass2": bounded("mass2"),
+            "damping1": bounded("damping1"),
+            "delay": bounded("delay"),
+            "offset1": bounded("offset1", [guess["offset1"]]),
+            "offset2": bounded("offset2", [guess["offset2"]]),
         }
 
         def build(p):
@@ -342,9 +347,9 @@ def rbjax_problem(prob: Problem, times, y, joint: bool = False):
         names |= {"offset1": "['offset1'][0]", "offset2": "['offset2'][0]"}
     elif prob.name == "tumbling":
         params0 = {
-            "I_yy": positive(guess["I_yy"]),
-            "I_zz": positive(guess["I_zz"]),
-            "gyro_bias": jnp.asarray([guess["bias_x"], guess["bias_y"], guess["bias_z"]]),
+            "I_yy": bounded("I_yy"),
+            "I_zz": bounded("I_zz"),
+            "gyro_bias": bounded("bias_x", [guess[f"bias_{a}"] for a in "xyz"]),
         }
 
         def build(p):

@@ -133,6 +133,7 @@ from ._montecarlo.runner import (
 )
 from ._montecarlo.statistics import Statistics as Statistics
 from ._params import (
+    Bounded as Bounded,
     LogCholeskyInertia as LogCholeskyInertia,
     Positive as Positive,
     PrincipalInertia as PrincipalInertia,

@@ -16,6 +16,8 @@ Classes:
 
 * :class:`Positive`: x = softplus(raw) + floor (``kind="softplus"``) or exp(raw) + floor
   (``kind="log"``): masses, damping, stiffness, lengths.
+* :class:`Bounded`: x = low + (high − low)·sigmoid(raw): a delay, a damping or a friction
+  coefficient that must stay in an interval (the smooth form of a box constraint).
 * :class:`PrincipalInertia`: the inertia about the centre of mass from the principal SECOND
   moments of the mass distribution Σᵢ = ∫ xᵢ² dm = softplus(rawᵢ) ≥ 0 and the rotation vector
   of the principal axes. The principal moments of inertia are I₁ = Σ₂ + Σ₃, I₂ = Σ₁ + Σ₃,
@@ -159,6 +161,81 @@ class Positive(eqx.Module):
                     "floor",
                 )
         return cls(_positive_core(_work(x), floor, kind).astype(out), floor=floor, kind=kind)
+
+
+# --------------------------------------------------------------------------- Bounded
+
+
+def _check_bounds(field: str, low, high) -> tuple[float, float]:
+    ok = all(isinstance(v, int | float | np.integer | np.floating) for v in (low, high))
+    if not (ok and np.isfinite(low) and np.isfinite(high) and low < high):
+        fail(
+            field,
+            (low, high),
+            "is not a pair of finite numbers low < high",
+            "pass the interval the quantity must stay in, e.g. low=-0.05, high=0.1",
+        )
+    return float(low), float(high)
+
+
+def bounded_value(raw, low, high):
+    """low + (high − low)·sigmoid(raw), clipped to [low, high] (low + (high − low)·1 may round
+    one ulp past high); ``low`` and ``high`` may be arrays (traced, too)."""
+    return jnp.clip(low + (high - low) * jax.nn.sigmoid(raw), low, high)
+
+
+class Bounded(eqx.Module):
+    """A quantity confined to the open interval (``low``, ``high``), with an unconstrained raw
+    leaf: ``value = low + (high − low) · sigmoid(raw)``.
+
+    What an interval is for: a parameter the physics or the instrument bounds (a sensor's delay
+    between 0 and a few samples, a damping between a floor and a ceiling, a friction
+    coefficient in (0, 1)) whose fit would otherwise wander into a region where the model is
+    meaningless and stop in a local minimum there. This is the smooth counterpart of a box
+    constraint in a bounded least-squares solver (as in ``mujoco.sysid``): every finite raw
+    value is inside the interval (on a bound only where sigmoid rounds to 0 or 1, |raw| ≳ 37
+    in float64), d value/d raw = (value − low)(high − value)/(high − low) is
+    finite everywhere, and the Gauss–Newton covariance of ``raw`` propagates to ``value`` by
+    the delta method in :meth:`rbjax.IdentificationResult.quantities`.
+
+    Near a bound the derivative tends to 0: a fit whose estimate sits against a bound reports
+    a large standard error for ``raw`` and a small one for ``value``. That estimate is the
+    best fit *inside* the interval, not a stationary point of the unconstrained problem, and
+    its standard error is not a confidence statement: widen the interval if the data should
+    decide. ``low`` and ``high`` are static floats (one interval for every entry of ``raw``).
+    Build it from a physical value with :meth:`from_value`.
+    """
+
+    raw: Float[Array, "..."]
+    low: float = eqx.field(static=True, default=0.0)
+    high: float = eqx.field(static=True, default=1.0)
+
+    def __check_init__(self):
+        _check_bounds("Bounded(low, high)", self.low, self.high)
+
+    @property
+    def value(self) -> Array:
+        return bounded_value(self.raw, self.low, self.high)
+
+    @classmethod
+    def from_value(cls, x, low: float, high: float, *, dtype=None):
+        """The Bounded whose :attr:`value` is ``x`` (any shape; every entry finite and strictly
+        between ``low`` and ``high``): raw = log(x − low) − log(high − x). ``dtype`` of the raw
+        leaf: default x's floating dtype, else JAX's default float."""
+        low, high = _check_bounds("Bounded.from_value(low, high)", low, high)
+        out = _out_dtype("Bounded.from_value", x, dtype)
+        if is_concrete(x):
+            arr = np.asarray(x, dtype=np.float64)
+            if not np.all(np.isfinite(arr)) or np.any(arr <= low) or np.any(arr >= high):
+                fail(
+                    "Bounded.from_value(x)",
+                    x,
+                    f"is not finite and strictly inside ({low}, {high})",
+                    "start inside the interval (a value on a bound has raw = ±inf), or widen it",
+                )
+        x = _work(x)
+        raw = jnp.log(x - low) - jnp.log(high - x)
+        return cls(raw.astype(out), low=low, high=high)
 
 
 # --------------------------------------------------------------------------- PrincipalInertia

@@ -229,6 +229,42 @@ def test_unidentifiable_inertia_exits_1_and_names_it(files, capsys):
     assert "log rod.Ixx" in err  # the direction, in the fitted coordinates
 
 
+def test_bounds_keep_the_estimate_and_its_delta_method_error(files, capsys):
+    """Every parameter bounded (``bounds = [low, high]``, fitted as rbjax.Bounded's raw value)
+    by intervals that hold the truth: the same estimates as the unbounded recovery fit, and
+    the same standard errors (the delta method through d value/d raw is exact for a one-to-one
+    reparameterisation at the minimum). Bounds that exclude the true mass stop it at its
+    bound, inside the interval, and the fit exits 1 saying so and how to fix it."""
+    doc = _recovery_config()
+    doc["out"] = "bounded.json"
+    for p, lo_hi in zip(
+        doc["parameters"], ([0.5, 2.0], [0.0, 1.0], [0.5, 3.0], [-2.0, 2.0]), strict=True
+    ):
+        p["bounds"] = lo_hi
+    code = main(["identify", _write(files, doc, "bounded.toml")])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    fit = json.loads((files / "bounded.json").read_text())
+    assert fit["converged"] and fit["unidentifiable"] == []
+    truth = [TRUE["mass"], TRUE["damping"], TRUE["stiffness"], QVEL0]
+    np.testing.assert_allclose(fit["values"], truth, rtol=1e-5)
+    # the unbounded fit's standard errors, in its own coordinates (log for the first three)
+    main(["identify", _write(files, _recovery_config()), "--json"])
+    plain = json.loads(capsys.readouterr().out)
+    np.testing.assert_allclose(fit["std"], plain["std"], rtol=1e-4)
+
+    doc["parameters"][0]["bounds"] = [0.5, 1.1]  # the true mass is 1.25
+    doc["parameters"][0]["initial"] = 1.0
+    code = main(["identify", _write(files, doc, "pinned.toml"), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 1, out + err
+    result = json.loads(out)
+    assert 1.1 - 1e-5 < result["values"][0] < 1.1  # held by the bound, inside it
+    assert result["at_bound"] == ["rod.mass"] and result["unidentifiable"] == []
+    assert "the fit ended at a bound (rod.mass = 1.1 in [0.5, 1.1])" in err, err
+    assert "widen the bounds" in err and "do not determine" not in err
+
+
 def _bad(**change):
     """The recovery configuration with ``change`` applied: key "a.b.0.c" sets
     doc["a"]["b"][0]["c"]; a value of None deletes the key."""
@@ -272,6 +308,10 @@ ERRORS = [
     (_bad(parameters__0__initial="heavy"), "parameters[0].initial: is 'heavy'"),
     (_bad(parameters__0__initial=-1.0), "parameters[0].initial: is -1.0: a mass is fitted as a logarithm"),
     (_bad(parameters__0__point=[0.0, 0.0, 0.0]), "parameters[0].point: is not a known key"),
+    (_bad(parameters__0__bounds=[2.0, 1.0]), "parameters[0].bounds: is [2.0, 1.0]: low >= high"),
+    (_bad(parameters__0__bounds=[-1.0, 2.0]), "parameters[0].bounds: is [-1.0, 2.0]: a mass must stay positive"),
+    (_bad(parameters__0__bounds=[1.0]), "parameters[0].bounds: is [1.0], not the interval [low, high]"),
+    (_bad(parameters__2__bounds=[2.0, 3.0]), "parameters[2].initial: is 1.2, not strictly inside bounds = [2, 3]"),
     (_bad(parameters__1__joint="hnge"), "parameters[1].joint: unknown joint 'hnge' (joints: hinge)"),
     (_bad(parameters__1__force=0), "parameters[1]: has both force and joint"),
     (_bad(parameters__2__force=3), "parameters[2].force: is 3, not an index of the model's forces (0: RotationalSpringDamper ground-rod)"),

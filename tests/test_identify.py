@@ -418,6 +418,34 @@ def test_free_fall_matches_closed_form_weighted_least_squares():
     assert data.count == 9 * 3 + 6 * 3 + 9
 
 
+def test_bounded_parameters_give_the_closed_form_estimate_and_covariance():
+    """The free fall of the previous test fitted through rbjax.Bounded initial position and
+    velocity (intervals that hold the truth): a smooth one-to-one reparameterisation, so the
+    estimate is still the weighted least-squares solution, and the delta method of
+    quantities() (the raw covariance pushed through d value/d raw) gives its covariance
+    (XᵀWX)⁻¹, both checked against the closed form."""
+    data, _ = _fall_data(noise_seed=7)
+    closed = rbjax.identify(_falling, {"r0": jnp.zeros(3), "v0": jnp.zeros(3)}, data, dt=0.1)
+    p0 = {
+        "r0": rbjax.Bounded.from_value(np.zeros(3), -2.0, 3.0),
+        "v0": rbjax.Bounded.from_value(np.zeros(3), -10.0, 10.0),
+    }
+
+    def build(p):
+        return _falling({"r0": p["r0"].value, "v0": p["v0"].value})
+
+    res = rbjax.identify(build, p0, data, dt=0.1)
+    q = res.quantities()
+    print(res.summary())
+    assert res.converged and q.names[:4] == ("['r0'][0]", "['r0'][1]", "['r0'][2]", "['v0'][0]")
+    scale = np.sqrt(np.diag(closed.covariance))
+    err = np.max(np.abs(q.values - closed.estimate) / scale)
+    err_cov = np.max(np.abs(q.covariance - closed.covariance)) / np.max(closed.covariance)
+    print(f"bounded free fall: estimate {err:.3g} std, covariance {err_cov:.3g} (relative)")
+    assert err <= 1e-6 and err_cov <= 1e-6
+    assert np.all(np.asarray(res.params["r0"].value) < 3.0)
+
+
 # ---------------------------------------------------------------- a pendulum's hinge force
 
 ROD_D, ROD_IC, GRAV = 0.5, 1.0 / 12.0, 9.81  # pivot to centre [m], inertia about it [kg m²]

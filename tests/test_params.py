@@ -17,7 +17,7 @@ from conftest import assert_close
 from hypothesis import given, settings, strategies as st
 
 import rbjax
-from rbjax import LogCholeskyInertia, Positive, PrincipalInertia
+from rbjax import Bounded, LogCholeskyInertia, Positive, PrincipalInertia
 
 F64 = jnp.float64
 RAW = st.floats(-30.0, 30.0, allow_nan=False)
@@ -146,6 +146,67 @@ def test_positive_errors():
             Positive(_f64(0.0), floor=floor)
     with pytest.raises(ValueError, match="dtype"):
         Positive.from_value(1.0, dtype=jnp.int32)
+
+
+# --------------------------------------------------------------------------- Bounded
+
+
+def test_bounded_round_trip_gradient_range_and_transforms():
+    """value ∘ from_value is the identity (1e-12 of the interval) across (low, high), close to
+    both bounds too; d value/d raw (jvp, grad) equals the closed form (v − low)(high − v)/(high −
+    low) and central differences to 1e-7; every raw value, however large, gives a finite value
+    in [low, high] (in the open interval while sigmoid does not round to 0 or 1); jit, vmap,
+    from_value under jit, float32."""
+    low, high = -0.05, 0.1
+    width = high - low
+    x = np.array([low + 1e-9, -0.049, -0.01, 0.0, 0.015, 0.0999, high - 1e-9])
+    b = Bounded.from_value(x, low, high)
+    assert b.raw.dtype == F64 and (b.low, b.high) == (low, high)
+    assert np.max(np.abs(np.asarray(b.value) - x)) <= 1e-12 * width
+
+    value = jax.jit(lambda r: Bounded(r, low, high).value)
+    r = b.raw[1:-1]  # inside, where central differences are well conditioned
+    v = np.asarray(value(r))
+    closed = (v - low) * (high - v) / width
+    jvp = np.asarray(jax.jvp(value, (r,), (jnp.ones_like(r),))[1])
+    grad = np.asarray(jax.grad(lambda q: jnp.sum(value(q)))(r))
+    h = 1e-6 * np.maximum(1.0, np.abs(np.asarray(r)))
+    fd = (np.asarray(value(r + h)) - np.asarray(value(r - h))) / (2 * h)
+    for d in (jvp, grad, fd):
+        assert np.max(np.abs(d - closed) / closed) <= 1e-7
+
+    extreme = np.asarray(value(_f64([-1e4, -800.0, -30.0, 0.0, 30.0, 800.0, 1e4])))
+    assert np.all(np.isfinite(extreme)) and np.all((extreme >= low) & (extreme <= high))
+    assert low < extreme[2] < extreme[3] < extreme[4] < high  # strictly monotone inside
+    assert extreme[3] == low + 0.5 * width
+
+    y = np.random.default_rng(1).uniform(0.2, 0.8, size=(4, 3))
+    batch = Bounded.from_value(y, 0.0, 1.0)
+    vm, traced = jax.jit(
+        lambda q, z: (jax.vmap(lambda e: e.value)(q), Bounded.from_value(z, 0.0, 1.0).raw)
+    )(batch, _f64(y))
+    assert_close(vm, y, rtol=1e-14, atol=0.0)
+    assert_close(traced, batch.raw, rtol=1e-14, atol=0.0)
+    b32 = Bounded.from_value([0.25, 0.5], 0.0, 1.0, dtype=jnp.float32)
+    assert b32.raw.dtype == jnp.float32 and b32.value.dtype == jnp.float32
+    assert_close(b32.value, [0.25, 0.5], rtol=1e-6, atol=0.0)
+
+
+def test_bounded_errors():
+    """A value on or outside the interval, a non-finite value, an empty or non-finite interval,
+    or an integer dtype raise ValueError naming the field and the fix."""
+    for bad in (-0.05, 0.1, 0.2, -1.0, np.nan):
+        with pytest.raises(ValueError, match=r"Bounded.from_value\(x\) = .* Fix: start inside"):
+            Bounded.from_value(bad, -0.05, 0.1)
+    with pytest.raises(ValueError, match=r"Bounded.from_value\(x\)"):
+        Bounded.from_value([0.0, np.inf], -1.0, 1.0)
+    for low, high in ((1.0, 1.0), (1.0, 0.0), (0.0, np.inf), (np.nan, 1.0)):
+        with pytest.raises(ValueError, match=r"Bounded.from_value\(low, high\) = .* Fix: "):
+            Bounded.from_value(0.5, low, high)
+        with pytest.raises(ValueError, match=r"Bounded\(low, high\)"):
+            Bounded(_f64(0.0), low, high)
+    with pytest.raises(ValueError, match="dtype"):
+        Bounded.from_value(0.5, 0.0, 1.0, dtype=jnp.int32)
 
 
 # --------------------------------------------------------------------------- PrincipalInertia

@@ -87,12 +87,16 @@ damping and stiffness; ``force`` = k is refused) and the run file's body states 
 formulation are read as above.
 
 Positive quantities are fitted as logarithms, so ``initial`` must be > 0 and every step is
-physical. A parameter is not determined by the data when rbjax.identify reports it in an
+physical. ``bounds = [low, high]`` (any kind but a full 3×3 inertia; low ≥ 0 for a positive
+one) keeps every scalar of the parameter inside the interval, as a bounded solver's box
+constraint does: it is fitted as rbjax.Bounded's raw value, low + (high − low)·sigmoid(raw),
+and ``initial`` must lie strictly inside. A parameter that ends at its bound (within 1e-6 of the
+interval's width) is reported as such, exit status 1, with the fix to widen the bounds. A parameter is not determined by the data when rbjax.identify reports it in an
 unidentifiable direction, or when its standard error in the fitted coordinate exceeds 1e6
 (the data depend on it at rounding level only: rbjax.identify's scaled test cannot tell
 such a Jacobian column from a real one). Exit status: 0 converged with every parameter determined by the data; 1 the fit
-did not converge, a parameter is not determined by the data (named), or the simulation
-diverged; 2 the configuration or its files are wrong (the message names the field path, e.g.
+did not converge, a parameter is not determined by the data or ended at its bound (named), or
+the simulation diverged; 2 the configuration or its files are wrong (the message names the field path, e.g.
 ``parameters[1].body``, and the fix).
 """
 
@@ -421,6 +425,7 @@ def _prepare(args) -> _Problem:
         state0 = like(loaded.state, jnp.asarray(t0, q.dtype), q, u)
     params0 = {
         "fit": tuple(raws),
+        "bounds": tuple(None if s.bounds is None else jnp.asarray(s.bounds) for s in specs),
         "model": model,
         "state0": state0,
         "qpos0": jnp.asarray(qpos0, jnp.float64),
@@ -511,7 +516,7 @@ def run(args) -> int:
         print(f"wrote {prob.out}", file=report)
     if args.json:
         print(text)
-    ok = result["converged"] and not result["unidentifiable"]
+    ok = result["converged"] and not result["unidentifiable"] and not result["at_bound"]
     if not result["converged"]:
         print(
             f"rbjax identify: NOT converged ({fit.message}). Fix: raise solver.max_steps (or "
@@ -524,6 +529,19 @@ def run(args) -> int:
             "Fix: fix them (remove them from [[parameters]]) or measure what depends on them.",
             file=sys.stderr,
         )
+    if result["at_bound"]:
+        bounds = {lab: s.interval for s in prob.specs for lab in s.labels}
+        where = ", ".join(
+            f"{lab} = {v:.6g} in [{bounds[lab][0]:g}, {bounds[lab][1]:g}]"
+            for lab, v in zip(result["names"], result["values"], strict=True)
+            if lab in result["at_bound"]
+        )
+        print(
+            f"rbjax identify: the fit ended at a bound ({where}): the best fit inside the "
+            "interval, not a minimum of the data's misfit, and its standard error means "
+            "nothing. Fix: widen the bounds if the data should decide, or fix the parameter.",
+            file=sys.stderr,
+        )
     return 0 if ok else 1
 
 
@@ -534,11 +552,24 @@ def _finite(x: float) -> float | None:
 
 def _results(prob: _Problem, fit, labels: list[str]) -> dict:
     """Physical values, standard errors and covariance by the delta method: x = exp(raw) for
-    the logarithmic parameters (σ_x = x σ_raw), x = raw otherwise."""
-    raw = np.concatenate([np.asarray(a, float).reshape(-1) for a in fit.params["fit"]])
-    log = np.concatenate([np.full(s.size, s.log) for s in prob.specs])
-    values = np.where(log, np.exp(raw), raw)
-    scale = np.where(log, values, 1.0)
+    the logarithmic parameters (σ_x = x σ_raw), x = low + (high − low) sigmoid(raw) for the
+    bounded ones (σ_x = (x − low)(high − x)/(high − low) σ_raw), x = raw otherwise."""
+    fitted = [np.asarray(a, float).reshape(-1) for a in fit.params["fit"]]
+    raw = np.concatenate(fitted)
+    values = np.concatenate(
+        [np.asarray(s.value(a), float) for s, a in zip(prob.specs, fitted, strict=True)]
+    )
+    scale = np.concatenate(
+        [
+            s.slope(v)
+            for s, v in zip(
+                prob.specs,
+                np.split(values, np.cumsum([s.size for s in prob.specs])[:-1]),
+                strict=True,
+            )
+        ]
+    )
+    coordinate = [s.coordinate for s in prob.specs for _ in range(s.size)]
     cov_raw = np.array(fit.covariance, float)
     assert cov_raw.shape == (raw.size, raw.size), (cov_raw.shape, raw.size)
     # rbjax.identify judges identifiability on the column-scaled Gauss-Newton matrix (free of
@@ -556,14 +587,24 @@ def _results(prob: _Problem, fit, labels: list[str]) -> dict:
     with np.errstate(invalid="ignore"):
         cov = scale[:, None] * cov_raw * scale[None, :]
     std = np.sqrt(np.diag(cov))
-    undetermined = [lab for lab, s in zip(labels, std, strict=True) if not np.isfinite(s)]
+    pinned = _at_bound(prob, values)
+    at_bound = [lab for lab, p in zip(labels, pinned, strict=True) if p]
+    undetermined = [
+        lab for lab, s, p in zip(labels, std, pinned, strict=True) if not np.isfinite(s) and not p
+    ]
     # the library names directions by raw pytree paths ("['fit'][1][0]"): use ours instead
-    raw_names = [("log " if lg else "") + lab for lab, lg in zip(labels, log, strict=True)]
+    raw_names = [c + lab for lab, c in zip(labels, coordinate, strict=True)]
     lookup = dict(zip(fit.names, raw_names, strict=True))
     pattern = re.compile("|".join(re.escape(n) for n in sorted(lookup, key=len, reverse=True)))
     directions = [pattern.sub(lambda m: lookup[m.group(0)], d) for d in fit.unidentifiable]
     directions += [
-        f"{raw_names[i]} (the data depend on it at rounding level only)"
+        f"{raw_names[i]} ("
+        + (
+            "it ended at its bound: widen the bounds"
+            if pinned[i]
+            else "the data depend on it at rounding level only"
+        )
+        + ")"
         for i in np.flatnonzero(rounding)
     ]
     return {
@@ -581,12 +622,26 @@ def _results(prob: _Problem, fit, labels: list[str]) -> dict:
         "std": [_finite(s) for s in std],
         "covariance": [[_finite(c) for c in row] for row in cov],
         "unidentifiable": undetermined,
+        "at_bound": at_bound,
         "unidentifiable_directions": directions,
         "solver": prob.solver_name,
         "dt": prob.dt,
         "coordinates": prob.coordinates,
         "integrator": prob.integrator_name,
     }
+
+
+def _at_bound(prob: _Problem, values: np.ndarray) -> np.ndarray:
+    """Per scalar: a bounded parameter within 1e-6 of its interval's width of a bound (where
+    d value/d raw < 1e-6 (high − low): the fit is held there by the bound, not the data)."""
+    flags, k = np.zeros(values.size, bool), 0
+    for s in prob.specs:
+        if s.bounded:
+            low, high = s.interval
+            v = values[k : k + s.size]
+            flags[k : k + s.size] = np.minimum(v - low, high - v) <= 1e-6 * (high - low)
+        k += s.size
+    return flags
 
 
 def _print_table(r: dict, file) -> None:

@@ -40,8 +40,11 @@ FULL = ((0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2))  # a full inertia's six 
 @dataclasses.dataclass(frozen=True)
 class Param:
     """One fitted quantity: ``kind``, ``target`` (body index, force index, a JointModel's
-    joint index, or coordinate offset), ``size`` scalars, fitted as logarithms when ``log``; ``labels`` name the
-    physical scalars; ``full`` for a full inertia matrix."""
+    joint index, or coordinate offset), ``size`` scalars, fitted as logarithms when ``log``;
+    ``labels`` name the physical scalars; ``full`` for a full inertia matrix; ``bounds``
+    (low, high): every scalar stays in that interval, fitted as rbjax.Bounded's raw value
+    (in place of the logarithm). The interval is data of the fit (``params["bounds"]``), not
+    part of the compiled program: a configuration that changes only its bounds reuses it."""
 
     kind: str
     target: int
@@ -49,6 +52,44 @@ class Param:
     log: bool
     labels: tuple[str, ...]
     full: bool = False
+    bounds: tuple[float, float] | None = dataclasses.field(default=None, compare=False)
+    bounded: bool = False  # bounds is not None (compared: it changes the program)
+
+    def value(self, raw, bounds=None):
+        """The physical scalars of the raw fitted array (jnp or NumPy); ``bounds`` the
+        (low, high) pair to use (default :attr:`bounds`; traced inside the fit)."""
+        import jax.numpy as jnp
+
+        from .._params import bounded_value
+
+        if self.bounded:
+            low, high = self.interval if bounds is None else bounds
+            return bounded_value(jnp.asarray(raw), low, high)
+        return jnp.exp(raw) if self.log else raw
+
+    def raw(self, value: np.ndarray) -> np.ndarray:
+        """The raw fitted array of the physical scalars (the inverse of :meth:`value`)."""
+        if self.bounded:
+            low, high = self.interval
+            return np.asarray(np.log(value - low) - np.log(high - value))
+        return np.asarray(np.log(value)) if self.log else value
+
+    def slope(self, value: np.ndarray) -> np.ndarray:
+        """d value/d raw at the physical scalars ``value``, for the delta method."""
+        if self.bounded:
+            low, high = self.interval
+            return (value - low) * (high - value) / (high - low)
+        return value if self.log else np.ones_like(value)
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """(low, high) of a bounded parameter; (−inf, inf) otherwise."""
+        return self.bounds if self.bounds is not None else (-np.inf, np.inf)
+
+    @property
+    def coordinate(self) -> str:
+        """What the fit moves, for messages: "logit " (bounded), "log " or ""."""
+        return "logit " if self.bounded else "log " if self.log else ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,8 +113,8 @@ class Build:
 
         model, qpos, qvel = p["model"], p["qpos0"], p["qvel0"]
         joint = isinstance(model, JointModel)
-        for spec, raw in zip(self.specs, p["fit"], strict=True):
-            value = jnp.exp(raw) if spec.log else raw
+        for spec, raw, bounds in zip(self.specs, p["fit"], p["bounds"], strict=True):
+            value = spec.value(raw, bounds)
             k = spec.target
             if spec.kind == "mass":
                 model = eqx.tree_at(lambda m: m.mass, model, model.mass.at[k].set(value))
@@ -191,10 +232,10 @@ def parameter(i: int, p, model, start_value, coords_of):
     [state] or the model gives, or None; ``coords_of(path)``: the model's
     :class:`~rbjax._cli.coordinates.Coordinates` (errors naming ``path``)."""
     path = f"parameters[{i}]"
-    every = ("kind", *dict.fromkeys(k for ks in KEYS.values() for k in ks), "initial")
+    every = ("kind", *dict.fromkeys(k for ks in KEYS.values() for k in ks), "initial", "bounds")
     kind = string(f"{path}.kind", table(path, p, every, ("kind",))["kind"], KINDS)
     required = () if kind in ("damping", "stiffness") else KEYS[kind][:1]
-    table(path, p, ("kind", *KEYS[kind], "initial"), required)
+    table(path, p, ("kind", *KEYS[kind], "initial", "bounds"), required)
     init = p.get("initial")
     if kind == "mass":
         b = resolve(f"{path}.body", p["body"], model.names, "body")
@@ -268,11 +309,41 @@ def parameter(i: int, p, model, start_value, coords_of):
         labels = (name,) if n == 1 else tuple(f"{name}[{c}]" for c in range(n))
         spec = Param(kind, start, n, False, labels)
     value = np.asarray(value, float)
-    if spec.log and not np.all(value > 0):
+    if "bounds" in p:
+        bounds = _bounds(f"{path}.bounds", p["bounds"], spec)
+        spec = dataclasses.replace(spec, bounds=bounds, bounded=True)
+        low, high = bounds
+        if not np.all((value > low) & (value < high)):
+            fail(
+                f"{path}.initial",
+                f"is {value.tolist()}, not strictly inside bounds = [{low:g}, {high:g}]",
+                "start inside the interval, or widen the bounds",
+            )
+    elif spec.log and not np.all(value > 0):
         fail(
             f"{path}.initial",
             f"is {value.tolist()}: a {kind} is fitted as a logarithm and must start > 0",
             f"give a positive starting guess for the {kind}",
         )
-    raw = np.log(value) if spec.log else value
-    return spec, raw, value.reshape(-1)
+    return spec, spec.raw(value), value.reshape(-1)
+
+
+def _bounds(path: str, v, spec: Param) -> tuple[float, float]:
+    """``bounds = [low, high]``: finite, low < high; low ≥ 0 for a quantity fitted as a
+    logarithm (mass, principal moments, damping, stiffness): it must stay positive."""
+    low, high = array(path, v, (2,), "the interval [low, high] the value must stay in")
+    if not low < high:
+        fail(path, f"is {v!r}: low >= high", "write [low, high] with low < high")
+    if spec.full:
+        fail(
+            path,
+            "bounds a full 3x3 inertia entry by entry, which does not keep it physical",
+            "fit three principal moments (initial = [Ixx, Iyy, Izz]) to bound them",
+        )
+    if spec.log and low < 0:
+        fail(
+            path,
+            f"is {v!r}: a {spec.kind} must stay positive",
+            f"give low >= 0, e.g. bounds = [0, {high:g}]",
+        )
+    return float(low), float(high)

@@ -28,9 +28,9 @@ from jax.flatten_util import ravel_pytree
 
 from .. import _quaternion as quat
 from .._errors import fail
-from .._params import LogCholeskyInertia, Positive, PrincipalInertia
+from .._params import Bounded, LogCholeskyInertia, Positive, PrincipalInertia
 
-_PARAM_CLASSES = (Positive, PrincipalInertia, LogCholeskyInertia)
+_PARAM_CLASSES = (Positive, Bounded, PrincipalInertia, LogCholeskyInertia)
 _INVARIANT = 1e-6  # |G_i S n_s| ≤ this × ‖G_i S‖: the quantity does not change along n
 
 
@@ -150,7 +150,8 @@ def _keyed(prefix: str, x, unit: str) -> dict[str, tuple[Any, str]]:
 
 
 def physical(params, template=None) -> dict[str, tuple[Any, str]]:
-    """The automatic quantities of a parameter pytree: ``Positive`` → its value;
+    """The automatic quantities of a parameter pytree: ``Positive`` and ``Bounded`` → their
+    values;
     ``PrincipalInertia`` → inertia entries, principal moments, principal-axis rotation;
     ``LogCholeskyInertia`` → mass, centre of mass, and the same about the centre of mass;
     any other float array leaf → itself. ``template`` (the estimate) fixes the pairing of
@@ -162,7 +163,7 @@ def physical(params, template=None) -> dict[str, tuple[Any, str]]:
     out: dict[str, tuple[Any, str]] = {}
     for (path, leaf), (_, leaf0) in zip(flat, ref, strict=True):
         name = jax.tree_util.keystr(path)
-        if isinstance(leaf, Positive):
+        if isinstance(leaf, Positive | Bounded):
             out |= _keyed(name, leaf.value, "")
         elif isinstance(leaf, PrincipalInertia) and jnp.ndim(leaf.raw_moments) == 1:
             out |= _inertia_quantities(name, leaf.matrix, _pairing(leaf0.matrix))
