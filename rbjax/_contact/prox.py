@@ -1,0 +1,220 @@
+r"""The percussions of one Moreau–Jean step: Signorini, Newton's impact law and Coulomb friction
+as proximal maps, solved by a projected Gauss–Seidel fixed point.
+
+**The step** (Moreau 1988; Jean 1999; Studer 2009, *Numerics of Unilateral Contacts and
+Friction*, §4.2; Acary & Brogliato 2008, §10.1). Over a step of length h from (q_k, v_k), with
+the contacts closed at the midpoint q_M, the velocity jumps by the percussions P:
+
+    M (v⁺ − v_k) = h f + W P,     γ⁺ = Wᵀ v⁺ = γ_free + G P,    G = Wᵀ M⁻¹ W  (Delassus),
+
+where γ_free = Wᵀ (v_k + h M⁻¹ f) is the contact velocity without percussion and W holds, per
+contact, the generalized force directions of its normal and its two tangents (3 columns).
+
+**The laws** (Studer 2009, §4.3, eqs. (4.36)–(4.40); Glocker 2001): for each closed contact,
+with ξ = γ⁺ + e γ⁻ the velocity that Newton's impact law weights by the restitution e (normal
+e_N, tangential e_T; γ⁻ = Wᵀ v_k),
+
+    P_N = prox_{ℝ⁺}(P_N − r ξ_N),                        (Signorini–Newton)
+    P_T = prox_{D(μ P_N)}(P_T − r ξ_T),   D(ρ) = {x ∈ ℝ² : |x| ≤ ρ}   (Coulomb)
+
+for every r > 0: the fixed points are exactly the percussions that satisfy the laws, whatever r
+(r only changes how an iteration approaches them). An open contact has P = 0.
+
+**The iteration.** Projected Gauss–Seidel over the contacts (Studer 2009, §5.3, Alg. 5.2;
+Jean 1999's NSCD): each contact's normal, then its tangents, is updated with the others
+fixed, with r = 1/G_NN for the normal and r = 1/max(G_T1T1, G_T2T2) for the tangents. For
+the frictionless problem (an LCP with a symmetric positive definite G) this is projected SOR
+with ω = 1 and converges from any start (Cottle, Pang & Stone 1992, §5.2). With friction
+the law is not associated and convergence is not guaranteed: a Painlevé-like configuration
+(a large μ and a strongly coupled G) may have no solution or several. The iteration stops
+when the natural-map residual
+
+    ‖P − prox(P − r ξ(P))‖_∞ ≤ tol · (‖P‖_∞ + h-scale)
+
+holds, or after ``max_iter`` sweeps; ``Percussions.ok`` is False then, and the caller returns
+the result code.
+
+**Derivatives.** The fixed point is differentiated by the implicit function theorem on the
+natural map F(P) = P − prox(P − r ξ(P)) (``rbjax._engine.newton.implicit_root``): where no
+contact switches (strictly sticking or sliding, strictly open or closed), F is smooth in P and
+in the data and the derivative is the one of the exact solution; on a switch (P_N = 0 = ξ_N,
+or |P_T| = μ P_N with ξ_T = 0) the solution is not differentiable and the derivative returned is
+the one-sided one JAX's conventions for max and the norm pick.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from .._engine.newton import implicit_root
+
+_TINY = 1e-300
+
+
+def prox_normal(x):
+    """prox onto ℝ⁺: max(x, 0)."""
+    return jnp.maximum(x, 0.0)
+
+
+def prox_disc(x, radius):
+    """The closest point of the disc |y| ≤ radius (radius ≥ 0) to x (..., 2): x itself inside,
+    x · radius/|x| outside. The norm is taken safely (finite derivative at x = 0)."""
+    sq = jnp.sum(x * x, axis=-1, keepdims=True)
+    norm = jnp.sqrt(jnp.where(sq > 0, sq, 1.0))
+    r = jnp.asarray(radius)[..., None]
+    return jnp.where((sq > 0) & (norm > r), x * (r / jnp.where(sq > 0, norm, 1.0)), x)
+
+
+class Percussions(eqx.Module):
+    """The solution of one contact problem: ``P`` (m, 3) the percussions (normal, tangent 1,
+    tangent 2) of each contact, ``gamma`` (m, 3) the contact velocities after the step,
+    ``residual`` the natural-map residual it stopped at, ``sweeps`` the Gauss–Seidel sweeps,
+    ``ok`` whether the residual met the tolerance."""
+
+    P: jax.Array
+    gamma: jax.Array
+    residual: jax.Array
+    sweeps: jax.Array
+    ok: jax.Array
+
+
+class _Data(eqx.Module):
+    G: jax.Array  # (3m, 3m)
+    gamma_free: jax.Array  # (m, 3)
+    gamma_minus: jax.Array  # (m, 3)
+    mu: jax.Array  # (m,)
+    e_n: jax.Array  # (m,)
+    e_t: jax.Array  # (m,)
+    closed: jax.Array  # (m,) bool
+
+
+def _xi(d: _Data, P):
+    """ξ = γ⁺ + e γ⁻ (m, 3) for percussions P (m, 3)."""
+    m = P.shape[0]
+    gamma = d.gamma_free + (d.G @ P.reshape(3 * m)).reshape(m, 3)
+    e = jnp.stack([d.e_n, d.e_t, d.e_t], axis=-1)
+    return gamma + e * d.gamma_minus, gamma
+
+
+def _steps(d: _Data):
+    """r (m, 2): 1/G_NN and 1/max(G_T1T1, G_T2T2) per contact."""
+    diag = jnp.diagonal(d.G).reshape(-1, 3)
+    return jnp.stack([1.0 / diag[:, 0], 1.0 / jnp.maximum(diag[:, 1], diag[:, 2])], axis=-1)
+
+
+def _prox_all(d: _Data, P, r):
+    """prox(P − r ξ(P)) for every contact at once (open contacts: 0)."""
+    xi, _ = _xi(d, P)
+    pn = prox_normal(P[:, 0] - r[:, 0] * xi[:, 0])
+    pt = prox_disc(P[:, 1:] - r[:, 1:2] * xi[:, 1:], d.mu * pn)
+    out = jnp.concatenate([pn[:, None], pt], axis=-1)
+    return jnp.where(d.closed[:, None], out, 0.0)
+
+
+def natural_map(P, d: _Data):
+    """F(P) = P − prox(P − r ξ(P)): zero exactly at the percussions that satisfy the laws."""
+    return P - _prox_all(d, P, _steps(d))
+
+
+def _sweep(d: _Data, P, r):
+    """One projected Gauss–Seidel sweep over the contacts (module docstring)."""
+    m = P.shape[0]
+    e = jnp.stack([d.e_n, d.e_t, d.e_t], axis=-1)
+    G = d.G.reshape(m, 3, m, 3)
+
+    def one(i, P):
+        gamma = d.gamma_free[i] + jnp.einsum("ajb,jb->a", G[i], P)
+        xi = gamma + e[i] * d.gamma_minus[i]
+        pn = prox_normal(P[i, 0] - r[i, 0] * xi[0])
+        # the tangents with the new normal percussion in place
+        gamma_t = xi[1:] + G[i, 1:, i, 0] * (pn - P[i, 0])
+        pt = prox_disc(P[i, 1:] - r[i, 1] * gamma_t, d.mu[i] * pn)
+        new = jnp.where(d.closed[i], jnp.concatenate([pn[None], pt]), 0.0)
+        return P.at[i].set(new)
+
+    return jax.lax.fori_loop(0, m, one, P)
+
+
+def _solve(d: _Data, P0, tol, max_iter):
+    r = _steps(d)
+    scale = jnp.max(jnp.abs(d.gamma_free)) / jnp.max(jnp.diagonal(d.G)) + _TINY
+
+    def residual(P):
+        return jnp.max(jnp.abs(natural_map(P, d)))
+
+    def cond(carry):
+        _, res, k = carry
+        return (res > tol * (jnp.max(jnp.abs(carry[0])) + scale)) & (k < max_iter)
+
+    def body(carry):
+        P, _, k = carry
+        P = _sweep(d, P, r)
+        return P, residual(P), k + 1
+
+    P, res, k = jax.lax.while_loop(cond, body, (P0, residual(P0), jnp.asarray(0)))
+    ok = res <= tol * (jnp.max(jnp.abs(P)) + scale)
+    return P, (res, k, ok)
+
+
+def percussions(
+    G,
+    gamma_free,
+    gamma_minus,
+    mu,
+    restitution,
+    closed,
+    *,
+    tangential_restitution=0.0,
+    tol: float = 1e-10,
+    max_iter: int = 200,
+    initial=None,
+) -> Percussions:
+    """The percussions of one Moreau–Jean step of ONE system (module docstring).
+
+    ``G`` (3m, 3m) the Delassus matrix, rows and columns ordered (normal, tangent 1, tangent 2)
+    per contact; ``gamma_free`` and ``gamma_minus`` (m, 3) the contact velocities without
+    percussion and before the step; ``mu``, ``restitution`` (normal) and
+    ``tangential_restitution`` per contact (m,) or scalars; ``closed`` (m,) which contacts take
+    part (the others get P = 0); ``initial`` (m, 3) a warm start (default 0). ``tol`` the
+    natural-map tolerance, relative to the percussions' size; ``max_iter`` the sweeps at most.
+    Differentiable by the implicit function theorem (module docstring)."""
+    gamma_free = jnp.asarray(gamma_free)
+    m = gamma_free.shape[0]
+    dt = gamma_free.dtype
+    vec = lambda x: jnp.broadcast_to(jnp.asarray(x, dt), (m,))  # noqa: E731
+    d = _Data(
+        jnp.asarray(G, dt),
+        gamma_free,
+        jnp.asarray(gamma_minus, dt),
+        vec(mu),
+        vec(restitution),
+        vec(tangential_restitution),
+        jnp.broadcast_to(jnp.asarray(closed, bool), (m,)),
+    )
+    P0 = jnp.zeros((m, 3), dt) if initial is None else jnp.asarray(initial, dt)
+    P, (res, k, ok) = implicit_root(
+        (d, jax.lax.stop_gradient(P0)),
+        residual=_residual,
+        solve=lambda args: _solve(args[0], args[1], tol, max_iter),
+        tangent_solve=_tangent_solve,
+    )
+    _, gamma = _xi(d, P)
+    return Percussions(P, gamma, res, k, ok)
+
+
+def _residual(P, args):
+    return natural_map(P, args[0])
+
+
+def _tangent_solve(g, y, z, args, aux):
+    """Solve g(x) = y for the linear map g = ∂F/∂P at the solution, densely (3m unknowns), in
+    the least-squares sense: a redundant contact set (a box on four corners: four normal rows
+    for three DOFs) makes ∂F/∂P singular, its split of the percussions is not unique, and the
+    minimum-norm tangent is the one whose generalized-force and velocity derivatives are
+    right (W dP is unique where dP is not)."""
+    n = z.size
+    basis = jnp.eye(n, dtype=z.dtype).reshape((n,) + z.shape)
+    J = jax.vmap(g)(basis).reshape(n, n).T  # column k = g(e_k)
+    return jnp.linalg.lstsq(J, y.reshape(n))[0].reshape(z.shape)
