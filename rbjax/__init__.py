@@ -55,6 +55,14 @@ from ._analysis.nonfinite import (
 from ._body import Body as Body
 from ._cache import compilation_cache as compilation_cache
 from ._constraints import GROUND as GROUND, AbstractConstraint as AbstractConstraint
+from ._contact.shapes import (
+    Box as Box,
+    Capsule as Capsule,
+    Contacts as Contacts,
+    Plane as Plane,
+    Sphere as Sphere,
+)
+from ._contact.stepping import MoreauJean as MoreauJean
 from ._dynamics import (
     AbstractFormulation as AbstractFormulation,
     NewtonEuler as NewtonEuler,

@@ -23,6 +23,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._abstract import AbstractModel, AbstractState
+from .._contact.shapes import ContactPoints, Contacts
 from .._engine.kernels import cross
 from .._errors import checked_array, fail, is_concrete
 from .bodies import natural_body_com, natural_body_poses, natural_body_velocities
@@ -104,9 +105,12 @@ class JointModel(AbstractModel):
     share of each body's weight a force −gravcomp·m·g cancels. ``actuators``: pairs (joint
     index of a hinge or slide, :class:`rbjax.Actuator` or :class:`rbjax.JointActuators`).
     ``forces``: functions τ(t, qpos, qvel) -> (nv,) of ONE system, added to the generalized
-    forces (a JAX function or an equinox Module whose arrays are parameters).
+    forces (a JAX function or an equinox Module whose arrays are parameters). ``contacts``: an
+    :class:`rbjax.Contacts` (shapes on the bodies against a plane, friction, restitution),
+    simulated by :class:`rbjax.MoreauJean` only (the smooth integrators refuse such a model).
 
-    Every array is a differentiable leaf; the structure is static.
+    Every array is a differentiable leaf (the contacts' friction and restitution too); the
+    structure is static.
     """
 
     topology: TreeTopology = eqx.field(static=True)
@@ -130,6 +134,7 @@ class JointModel(AbstractModel):
     equalities: tuple
     baumgarte: tuple | None
     options: JointCoordinates
+    contacts: ContactPoints | None
 
     def __init__(
         self,
@@ -158,6 +163,7 @@ class JointModel(AbstractModel):
         equalities=(),
         baumgarte=None,
         formulation: JointCoordinates | None = None,
+        contacts: Contacts | None = None,
     ):
         nj = len(joint_types)
         joint_names = (
@@ -265,6 +271,22 @@ class JointModel(AbstractModel):
             baumgarte = (jnp.asarray(baumgarte[0], dtype), jnp.asarray(baumgarte[1], dtype))
         self.baumgarte = baumgarte
         self.options = JointCoordinates() if formulation is None else formulation
+        if contacts is not None and not isinstance(contacts, Contacts):
+            fail(
+                "JointModel.contacts",
+                type(contacts).__name__,
+                "is not an rbjax.Contacts",
+                "pass rbjax.Contacts([rbjax.Sphere(...), ...], friction=..., restitution=...)",
+            )
+        if contacts is not None and self.equalities:
+            fail(
+                "JointModel.contacts",
+                f"{len(contacts.shapes)} shape(s)",
+                "cannot be combined with equalities yet (the Moreau–Jean step has no "
+                "bilateral rows)",
+                "remove the equalities, or simulate the contacts without them",
+            )
+        self.contacts = None if contacts is None else contacts.resolve(topo.names)
 
     # ------------------------------------------------------------------ structure
     @property

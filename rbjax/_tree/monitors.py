@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._contact.stepping import MoreauJean
 from .._engine.monitors import Spec, energy_balance
 from .._errors import is_concrete
 from .._monitors import Plausibility
@@ -78,7 +79,8 @@ def joint_spec(monitors, model, integrator, dtype) -> Spec | None:
     order = int(integrator.order)
     unit, _, energy = monitors.limits(order, float(jnp.finfo(dtype).eps))
     unit = unit if model.topology.quat_rows.any() else None
-    gain_only = isinstance(integrator, ImplicitFast)  # module docstring
+    # module docstring; Moreau–Jean's impacts (e ≤ 1) and friction only remove energy too
+    gain_only = isinstance(integrator, ImplicitFast | MoreauJean)
     balance = "work" if does_work(model) else "conservative"
     if gain_only:  # damping only removes energy: E ≤ E₀; actuators and user forces: unwatched
         energy = None if (model.actuators or model.forces) else energy

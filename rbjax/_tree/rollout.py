@@ -24,6 +24,7 @@ from jax.core import Tracer
 from jaxtyping import Array, Float, Int
 
 from .._abstract import AbstractTrajectory
+from .._contact.stepping import MoreauJean
 from .._engine.measures import Natural
 from .._engine.monitors import cheaply_compiled
 from .._engine.rollout import _WORK, DEFAULT_CHUNK, chunked, integrate
@@ -197,11 +198,19 @@ def rollout_tree(
             "integrates joint coordinates: pass rbjax.JointState(t, qpos, qvel) (rbjax.load "
             "returns one with the model)."
         )
-    if not isinstance(integrator, (AbstractExplicitRK, SemiImplicitEuler, ImplicitFast)):
+    if not isinstance(
+        integrator, (AbstractExplicitRK, SemiImplicitEuler, ImplicitFast, MoreauJean)
+    ):
         raise ValueError(
             f"integrator = {type(integrator).__name__}() does not integrate joint coordinates "
-            "yet. Fix: use rbjax.RK4(), rbjax.ExplicitRK(tableau), rbjax.SemiImplicitEuler() "
-            "or rbjax.ImplicitFast()."
+            "yet. Fix: use rbjax.RK4(), rbjax.ExplicitRK(tableau), rbjax.SemiImplicitEuler(), "
+            "rbjax.ImplicitFast() or rbjax.MoreauJean()."
+        )
+    if model.contacts is not None and not isinstance(integrator, MoreauJean):
+        raise ValueError(
+            f"integrator = {type(integrator).__name__}() would ignore the model's "
+            f"{model.contacts.count} contact points: a smooth integrator has no unilateral "
+            "constraints. Fix: integrator=rbjax.MoreauJean(), or a model without contacts."
         )
     check_joint_state(model, state0)
     batched = batched_parameters(model)

@@ -1,0 +1,114 @@
+r"""Moreau–Jean time stepping of a tree in joint coordinates with perfect unilateral contacts
+and Coulomb friction (Moreau 1988; Jean 1999; Studer 2009, *Numerics of Unilateral Contacts
+and Friction*, §4.2 and Alg. 4.1; Acary & Brogliato 2008, §10.1).
+
+One step of length h from (q_k, v_k) (``integrate_positions``'s ⊕ turns a ball's or free
+joint's quaternion by the rotation of its angular velocity):
+
+    q_M = q_k ⊕ (h/2) v_k                                      (midpoint)
+    M(q_M) (v_{k+1} − v_k) = h (τ − b)(t_k + h/2, q_M, v_k) + W(q_M) P
+    q_{k+1} = q_M ⊕ (h/2) v_{k+1}
+
+where the contacts closed in the step take the percussions P of Signorini–Newton and Coulomb
+(rbjax/_contact/prox.py), and the others none. A contact is closed when the gap the free
+motion would leave at the end of the step is not positive, g(q_M) + (h/2) γ_N(v_free) ≤ 0
+(Studer 2009, §4.2, closes on g(q_M) ≤ 0: on a body resting on several points, rounding puts
+some at +1 ulp and some at −1 ulp, closes only the latter, and the impulse on them spins the
+body, measured at 0.02 rad/s on a resting box; the predicted gap closes them all). Nothing is
+penalised: a closed contact's normal velocity after the step is ≥ −e times the one before,
+exactly (to the solver's tolerance). The scheme is first order, event-free (impacts happen
+inside steps) and, without contacts, the Störmer–Verlet drift–kick–drift of a constant
+mass matrix. Equalities (connect, weld, couplings) are not in the impulse problem yet, so a
+model with both is refused.
+
+Penetration is not corrected: a contact closes within half a step of the plane, and the state
+keeps the O(h·|v|) depth it reached (the velocity law then stops it from growing); a resting
+body sinks by at most a few g h² (measured in tests/test_contact.py).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from .._integrators import AbstractIntegrator
+from .._tree.implicit import integrate_positions
+from .prox import percussions
+
+
+class MoreauJean(AbstractIntegrator):
+    """Moreau–Jean time stepping with perfect unilateral contacts and Coulomb friction, for a
+    :class:`rbjax.JointModel` with ``contacts`` (rbjax/_contact/stepping.py). ``tol`` and
+    ``max_iter``: the contact solver's natural-map tolerance (relative to the percussions)
+    and its Gauss–Seidel sweeps at most; a step whose solver does not converge fails with
+    ``rbjax.RESULTS.solver_failed``. First order."""
+
+    tol: float = eqx.field(static=True, default=1e-10)
+    max_iter: int = eqx.field(static=True, default=200)
+
+    @property
+    def order(self) -> int:
+        return 1
+
+    def step(self, model, state, dt):
+        raise ValueError(
+            "MoreauJean.step: one step is taken by rbjax.rollout(model, state, dt, 1, "
+            "integrator=rbjax.MoreauJean()). Fix: call rollout with n_steps=1."
+        )
+
+    def _engine_step(self, model, t, q, u, h):
+        if not hasattr(model, "topology"):
+            raise ValueError(
+                "integrator = MoreauJean() integrates joint coordinates only. Fix: load the "
+                "model with formulation=rbjax.JointCoordinates() and give it contacts."
+            )
+        batch = q.shape[1:-1]
+        qs = jnp.moveaxis(q[..., 0], 0, -1).reshape((-1, q.shape[0]))
+        us = jnp.moveaxis(u[..., 0], 0, -1).reshape((-1, u.shape[0]))
+        ts = jnp.broadcast_to(t[..., 0], batch).reshape(-1)
+        q1, u1, ok = jax.vmap(
+            lambda tt, qq, uu: contact_step(model, tt, qq, uu, h, self.tol, self.max_iter)
+        )(ts, qs, us)
+        back = lambda x: jnp.moveaxis(x.reshape(batch + x.shape[-1:]), -1, 0)[..., None]  # noqa: E731
+        return t + h, back(q1), back(u1), ok.reshape(batch)
+
+
+def contact_step(model, t, qpos, qvel, h, tol, max_iter):
+    """One step of ONE system (module docstring): (qpos', qvel', solver converged)."""
+    topo = model.topology
+    qm = integrate_positions(topo, qpos, qvel, 0.5 * h)
+    M, b = model.mass_and_bias(qm[:, None], qvel[:, None])
+    M, b = M[..., 0], b[..., 0]
+    tau = model.generalized_forces(t + 0.5 * h, qm[:, None], qvel[:, None])[..., 0]
+    factor = jax.scipy.linalg.cho_factor(M, lower=True)
+    v_free = qvel + h * jax.scipy.linalg.cho_solve(factor, tau - b)
+    points = model.contacts
+    if points is None or points.count == 0:
+        return integrate_positions(topo, qm, v_free, 0.5 * h), v_free, jnp.asarray(True)
+
+    def velocity(v):
+        return points.gaps_and_velocity(model, qm, v)[1]
+
+    gap = points.gaps_and_velocity(model, qm, qvel)[0]
+    k = points.count
+    W = jax.jacfwd(velocity)(qvel).reshape(3 * k, -1)  # (3k, nv): γ = W v
+    MinvWt = jax.scipy.linalg.cho_solve(factor, W.T)  # (nv, 3k)
+    G = W @ MinvWt
+    gamma_free = (W @ v_free).reshape(k, 3)
+    # closed: the gap the free motion would leave at the end of the step is ≤ 0 (module
+    # docstring); g(q_M) ≤ 0 alone flickers on a resting body, whose corners sit at ±1 ulp
+    closed = gap + 0.5 * h * gamma_free[:, 0] <= 0.0
+    sol = percussions(
+        G,
+        gamma_free,
+        (W @ qvel).reshape(k, 3),
+        points.mu,
+        points.restitution,
+        closed,
+        tangential_restitution=points.tangential_restitution,
+        tol=tol,
+        max_iter=max_iter,
+    )
+    v1 = v_free + MinvWt @ sol.P.reshape(3 * k)
+    return integrate_positions(topo, qm, v1, 0.5 * h), v1, sol.ok
