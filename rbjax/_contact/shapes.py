@@ -178,7 +178,12 @@ class Contacts(eqx.Module):
     tangential_restitution: tuple | float = 0.0
 
     def __init__(
-        self, shapes, plane=None, friction=0.0, restitution=0.0, tangential_restitution=0.0
+        self,
+        shapes,
+        plane: Plane | None = None,
+        friction: float | tuple = 0.0,
+        restitution: float | tuple = 0.0,
+        tangential_restitution: float | tuple = 0.0,
     ):
         shapes = tuple(shapes)
         if not shapes:

@@ -29,9 +29,10 @@ penetrating contacts (g(q_{k+1}) < 0) are pushed out by the smallest move in the
 Π ≥ 0 with g + G_NN Π ≥ 0 and Πᵀ(g + G_NN Π) = 0 (the frictionless problem of the same solver,
 with the midpoint's W and G), then q_{k+1} ⊕ M⁻¹ Wᵀ Π. The velocities are not changed, so the
 projection adds no kinetic energy (a Baumgarte term would: on a ball hitting the ground at
-4.4 m/s it would throw it back at several dm/s). A body resting on a plane then sits on it to
-the solver's tolerance, without drift (tests/test_contact.py); during an impact step the depth
-is still O(h |v|).
+4.4 m/s it would throw it back at several dm/s). A body set down on a plane then stays on it
+to the solver's tolerance, without drift (tests/test_contact.py); one that lands comes to rest
+between 0 and g h²/2 above it (the closing rule stops its last free step early); during an
+impact step the depth is still O(h |v|).
 """
 
 from __future__ import annotations

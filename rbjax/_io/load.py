@@ -89,6 +89,7 @@ def load(
     formulation=None,
     dtype=None,
     meshes: bool = True,
+    contacts: bool = False,
 ) -> Loaded:
     """Load a mechanism from an MJCF (``.xml``), URDF (``.urdf``) or rbjax model file
     (``.toml``, written by hand or by :func:`rbjax.save`; it carries its own initial state
@@ -129,6 +130,13 @@ def load(
     :class:`rbjax.ControlSequence` ((n, nu) samples; its values are differentiable); clamped
     to each actuator's ``ctrlrange`` as MuJoCo does. An input the model cannot use (a control
     for a model without actuators, a wrong size, NaN) is a ValueError naming it.
+    ``contacts=True`` (joint coordinates): the spheres, capsules and boxes of the moving
+    bodies that can collide with the world's plane become :class:`rbjax.Contacts`
+    (rbjax/_io/mujoco_contacts.py: MuJoCo's collision filter and friction, no restitution),
+    simulated by ``rbjax.rollout(..., integrator=rbjax.MoreauJean())``; what it leaves out
+    (contacts between the bodies' own geoms, other geom types) stays in the warning. Off by
+    default until contacts between bodies exist: a robot whose feet stood on the floor while
+    its links passed through each other would look right and be wrong.
     ``unsupported``: elements with dynamics rbjax does not model (contacts, joint limits,
     tendons, ...) are listed by name in one warning (``"warn"``) or a ValueError
     (``"error"``). ``meshes=False`` compiles the file
@@ -163,8 +171,15 @@ def load(
             unsupported=unsupported,
             dtype=dtype,
             formulation=formulation,
+            contacts=contacts,
         )
         return Loaded(model, state, timestep, source)
+    if contacts:
+        raise ValueError(
+            f"load: contacts=True needs joint coordinates and an MJCF/URDF file ({path!r}). Fix: "
+            "load an MJCF/URDF tree with formulation=rbjax.JointCoordinates() (the default "
+            "for trees), or contacts=False."
+        )
     if ext in (".xml", ".mjcf", ".urdf"):
         from .mujoco import load_mujoco
 

@@ -35,7 +35,15 @@ _TYPES = {0: "free", 1: "ball", 2: "slide", 3: "hinge"}
 
 
 def build_tree_from_mujoco(
-    m, *, qpos=None, qvel=None, control=None, unsupported="warn", dtype=None, formulation=None
+    m,
+    *,
+    qpos=None,
+    qvel=None,
+    control=None,
+    unsupported="warn",
+    dtype=None,
+    formulation=None,
+    contacts: bool = False,
 ):
     """(JointModel, JointState, timestep, None) of the compiled model ``m`` (module
     docstring); the options are :func:`rbjax.load`'s."""
@@ -124,6 +132,13 @@ def build_tree_from_mujoco(
                 problems.append(eq)
             else:
                 equalities.append(eq)
+    contact_set = None
+    if contacts and not (off["CONTACT"] or off["CONSTRAINT"]):
+        from .mujoco_contacts import contacts_from_mujoco
+
+        contact_set, missing = contacts_from_mujoco(m, body_name)
+        problems += missing
+        off = dict(off, CONTACT=True)  # listed above, not again as "contacts"
     problems += features.unsupported(m, off, body_name, joint_name, armature=True)
     if problems:
         text = (
@@ -156,6 +171,7 @@ def build_tree_from_mujoco(
         actuators=acts,
         equalities=equalities,
         formulation=formulation,
+        contacts=contact_set,
     )
     q0 = np.array(m.qpos0 if qpos is None else qpos, float)  # a copy: normalised below
     for j, k in enumerate(types):  # MuJoCo normalizes ball and free quaternions

@@ -1,0 +1,87 @@
+"""``rbjax.load(path, contacts=True)`` (rbjax/_io/mujoco_contacts.py) against MuJoCo on the same
+MJCF: a box dropped tilted and spinning onto the floor comes to rest on the same face, at the
+same height to within MuJoCo's soft-contact sink, and where MuJoCo's geoms give rbjax nothing to
+simulate the one warning says so."""
+
+from __future__ import annotations
+
+import warnings
+
+import mujoco
+import numpy as np
+import pytest
+
+import rbjax
+
+HALF = (0.1, 0.075, 0.05)
+SCENE = f"""<mujoco>
+  <option timestep="0.001" cone="elliptic" integrator="Euler"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="5 5 0.1" friction="0.5 0 0" condim="3"/>
+    <body name="box" pos="0 0 0.3" quat="0.9811 0.1700 0.0858 0.0149">
+      <freejoint/>
+      <geom type="box" size="{HALF[0]} {HALF[1]} {HALF[2]}" mass="1" friction="0.3 0 0" condim="3"/>
+    </body>
+  </worldbody>
+</mujoco>"""
+
+
+def test_a_dropped_box_rests_as_mujocos_does(tmp_path):
+    """Released 0.3 m up, tilted and spinning (1 rad/s, 0.5 m/s sideways), μ = max(0.5, 0.3):
+    rbjax (perfect contact, Moreau–Jean) and MuJoCo (soft contact) both bring it to rest on its
+    largest face within 1.5 s; the rest heights agree to MuJoCo's sink (1 mm); rbjax's box
+    rests on the floor (0 to g h²/2 above it), level to within that over its width."""
+    path = tmp_path / "box.xml"
+    path.write_text(SCENE)
+    mjm = mujoco.MjModel.from_xml_path(str(path))
+    qvel = np.array([0.5, 0.0, 0.0, 0.0, 1.0, 0.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing is left out: no warning
+        loaded = rbjax.load(path, qvel=qvel, contacts=True)
+    model = loaded.model
+    assert model.contacts.count == 8
+    np.testing.assert_allclose(np.asarray(model.contacts.mu), 0.5)
+    steps = 1500
+    traj = rbjax.rollout(model, loaded.state, 1e-3, steps, integrator=rbjax.MoreauJean())
+    q, v = np.asarray(traj.qpos), np.asarray(traj.qvel)
+    d = mujoco.MjData(mjm)
+    d.qvel[:] = qvel
+    mq, mv = [], []
+    for _ in range(steps):
+        mujoco.mj_step(mjm, d)
+        mq.append(d.qpos.copy())
+        mv.append(d.qvel.copy())
+    mq, mv = np.array(mq), np.array(mv)
+    for name, qq, vv in (("rbjax", q, v), ("MuJoCo", mq, mv)):
+        assert np.max(np.abs(vv[-100:])) < 1e-2, name  # at rest
+        R = np.zeros(9)
+        mujoco.mju_quat2Mat(R, qq[-1, 3:7] / np.linalg.norm(qq[-1, 3:7]))
+        assert abs(R.reshape(3, 3)[2, 2]) > 0.999, name  # on its largest (z) face
+    assert abs(q[-1, 2] - mq[-1, 2]) <= 1e-3
+    # above the floor by at most g h²/2: a contact closes when the end-of-step gap the free
+    # motion predicts is ≤ 0 (rbjax/_contact/stepping.py); never below it (the projection)
+    assert 0.0 <= q[-1, 2] - HALF[2] <= 0.5 * 9.81 * 1e-3**2
+    R = np.zeros(9)
+    mujoco.mju_quat2Mat(R, q[-1, 3:7])
+    # level to the corners' hover difference, g h²/2 over the box's 0.15 m width
+    assert np.arccos(min(1.0, abs(R.reshape(3, 3)[2, 2]))) <= 0.5 * 9.81 * 1e-3**2 / 0.15
+
+
+def test_what_contacts_leave_out_is_named(tmp_path):
+    """Two boxes that can hit each other, and a cylinder: the plane contacts of the boxes are
+    simulated, the box–box pair and the cylinder are named in the warning; contacts=True in
+    maximal coordinates is refused with the fix."""
+    xml = SCENE.replace(
+        "</worldbody>",
+        """<body name="other" pos="0.5 0 0.3"><freejoint/><geom type="box" size="0.05 0.05 0.05"/>
+        <geom name="can" type="cylinder" size="0.03 0.05" pos="0 0 0.1"/></body></worldbody>""",
+    )
+    path = tmp_path / "two.xml"
+    path.write_text(xml)
+    with pytest.warns(UserWarning) as caught:
+        loaded = rbjax.load(path, contacts=True)
+    text = "\n".join(str(w.message) for w in caught)
+    assert "pair(s) of the bodies' own geoms" in text and "['can']" in text
+    assert loaded.model.contacts.count == 16
+    with pytest.raises(ValueError, match="contacts=True needs joint coordinates"):
+        rbjax.load(path, contacts=True, formulation=rbjax.ScalableDAE())
