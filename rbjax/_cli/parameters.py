@@ -97,8 +97,9 @@ class Build:
     """``build(params) -> (model, state0)`` for rbjax.identify: hashable and equal for equal
     configurations, so a second run of the same configuration reuses the compiled residuals.
     ``params``: {"fit": tuple of raw arrays (one per Param), "model": the loaded model,
-    "state0": its initial state, "qpos0"/"qvel0": initial joint coordinates, "t0"}. On a
-    JointModel qpos0/qvel0 are its own coordinates, the initial JointState itself."""
+    "state0": its initial state, "qpos0"/"qvel0": initial joint coordinates, "t0", and
+    optionally "bounds": per Param its (low, high) array or None, default the Params' own}.
+    On a JointModel qpos0/qvel0 are its own coordinates, the initial JointState itself."""
 
     specs: tuple[Param, ...]
     joint_state: bool
@@ -113,7 +114,8 @@ class Build:
 
         model, qpos, qvel = p["model"], p["qpos0"], p["qvel0"]
         joint = isinstance(model, JointModel)
-        for spec, raw, bounds in zip(self.specs, p["fit"], p["bounds"], strict=True):
+        intervals = p.get("bounds", (None,) * len(self.specs))  # default: each Param's own
+        for spec, raw, bounds in zip(self.specs, p["fit"], intervals, strict=True):
             value = spec.value(raw, bounds)
             k = spec.target
             if spec.kind == "mass":
