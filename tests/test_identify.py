@@ -443,7 +443,15 @@ def test_bounded_parameters_give_the_closed_form_estimate_and_covariance():
     err_cov = np.max(np.abs(q.covariance - closed.covariance)) / np.max(closed.covariance)
     print(f"bounded free fall: estimate {err:.3g} std, covariance {err_cov:.3g} (relative)")
     assert err <= 1e-6 and err_cov <= 1e-6
-    assert np.all(np.asarray(res.params["r0"].value) < 3.0)
+    assert np.all(np.asarray(res.params["r0"].value) < 3.0) and res.at_bound == ()
+
+    # an interval that excludes the truth (r0_x = 0.1 and r0_z = 1.0 > 0.05): those estimates
+    # are held on the bound, inside it, and the result says so; r0_y = −0.2 is free
+    p0["r0"] = rbjax.Bounded.from_value(np.zeros(3), -2.0, 0.05)
+    held = rbjax.identify(build, p0, data, dt=0.1)
+    assert held.at_bound == ("['r0'][0]", "['r0'][2]")
+    assert 0.05 - 1e-6 * 2.05 <= float(held.params["r0"].value[0]) < 0.05
+    assert "['r0'][0], ['r0'][2] ended at the bound" in held.summary()
 
 
 # ---------------------------------------------------------------- a pendulum's hinge force

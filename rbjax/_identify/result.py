@@ -6,9 +6,11 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
+import jax
 import numpy as np
 
 from .._analysis.nonfinite import NonfiniteGradient
+from .._params import Bounded
 from .._state import State
 from .._tree.model import JointState
 from .quantities import Quantities, propagate
@@ -128,6 +130,24 @@ class IdentificationResult(eqx.Module):
             )
         return propagate(fn, self.params, self.free, pinv, null, scale)
 
+    @property
+    def at_bound(self) -> tuple[str, ...]:
+        """The :class:`rbjax.Bounded` entries of the estimate within 1e-6 of their interval's
+        width of a bound (where d value/d raw < 1e-6 (high − low)): held there by the
+        interval, not by the data. Named as in ``quantities()``."""
+        is_leaf = lambda x: isinstance(x, Bounded)  # noqa: E731
+        out = []
+        for path, leaf in jax.tree_util.tree_flatten_with_path(self.params, is_leaf=is_leaf)[0]:
+            if isinstance(leaf, Bounded):
+                v = np.atleast_1d(np.asarray(leaf.value, float))
+                near = np.minimum(v - leaf.low, leaf.high - v) <= 1e-6 * (leaf.high - leaf.low)
+                name = jax.tree_util.keystr(path)
+                shape = np.shape(leaf.value)
+                for i in np.flatnonzero(near):
+                    idx = np.unravel_index(i, shape) if shape else ()
+                    out.append(name + ("[" + ",".join(map(str, idx)) + "]" if idx else ""))
+        return tuple(out)
+
     def summary(self) -> str:
         """A table of name, estimate and standard error, the unidentifiable directions, the
         final loss and the reduced χ²."""
@@ -150,6 +170,13 @@ class IdentificationResult(eqx.Module):
                 f"  WARNING: reduced chi² {self.reduced_chi2:.4g} is far from 1: the model does "
                 "not fit the data to the stated noise (a local minimum, a missing effect, or "
                 "sigma too small); the standard errors assume it does"
+            )
+        if self.at_bound:
+            lines.append(
+                f"  WARNING: {', '.join(self.at_bound)} ended at the bound of its rbjax.Bounded "
+                "interval: the best fit inside the interval, not a minimum of the data's "
+                "misfit, and its standard error means nothing; widen the interval if the data "
+                "should decide"
             )
         if self.unidentifiable:
             lines.append("  not determined by the data (standard error inf) along:")
