@@ -172,3 +172,43 @@ def test_the_apex_derivative_in_e_is_the_closed_form():
     value, slope = jax.jit(jax.value_and_grad(apex))(e)
     assert float(value) == pytest.approx(e**2 * h0, rel=1e-2)
     assert float(slope) == pytest.approx(2 * e * h0, rel=2e-2)
+
+
+def _pendulum(limit_restitution):
+    """A rod of 1 kg hanging from a hinge about y, centre of mass 0.5 m below it; its angle
+    θ (qpos) limited to [−0.3, 2.0] rad."""
+    return rbjax.JointModel(
+        names=["rod"],
+        parent=[-1],
+        body_pos=np.zeros((1, 3)),
+        body_quat=[[1.0, 0.0, 0.0, 0.0]],
+        mass=[1.0],
+        com=[[0.0, 0.0, -0.5]],
+        inertia=[np.diag([1.0 / 12, 1.0 / 12, 1e-3])],
+        joint_types=["hinge"],
+        joint_body=[0],
+        joint_names=["hinge"],
+        joint_axis=[[0.0, 1.0, 0.0]],
+        limits={"hinge": (-0.3, 2.0)},
+        limit_restitution=limit_restitution,
+    )
+
+
+@pytest.mark.parametrize("e", [0.0, 1.0])
+def test_a_pendulum_stops_at_its_joint_limit(e):
+    """Released at θ = 1 rad, the pendulum swings into its limit θ = −0.3. Plastic (e = 0): it
+    stops there, loses its kinetic energy, and swings afterwards between −0.3 and 0.3 (energy
+    from rest at the limit); elastic (e = 1): it bounces back up to 1 rad (1 %). It never
+    passes the limit (the projection), and RK4 refuses the limited model."""
+    model = _pendulum(e)
+    state = rbjax.JointState(0.0, np.array([1.0]), np.array([0.0]))
+    traj = rbjax.rollout(model, state, H, 3000, integrator=rbjax.MoreauJean(), monitors=None)
+    theta = np.asarray(traj.qpos)[:, 0]
+    assert theta.min() >= -0.3 - 1e-9
+    hit = np.argmax(theta <= -0.29)  # the first impact (it may close a step early, at −0.2995)
+    assert hit > 0
+    later = theta[hit + 50 :]
+    expected = 0.3 if e == 0.0 else 1.0
+    assert later.max() == pytest.approx(expected, rel=1e-2)
+    with pytest.raises(ValueError, match="would ignore the model's 2 joint-limit sides"):
+        rbjax.rollout(model, state, H, 10, integrator=rbjax.RK4())

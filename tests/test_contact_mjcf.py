@@ -85,3 +85,46 @@ def test_what_contacts_leave_out_is_named(tmp_path):
     assert loaded.model.contacts.count == 16
     with pytest.raises(ValueError, match="contacts=True needs joint coordinates"):
         rbjax.load(path, contacts=True, formulation=rbjax.ScalableDAE())
+
+
+PENDULUM = """<mujoco>
+  <option timestep="0.001" integrator="Euler"/>
+  <worldbody>
+    <body name="rod">
+      <joint name="hinge" type="hinge" axis="0 1 0" limited="true" range="-17.1887 114.59"/>
+      <geom type="capsule" fromto="0 0 0 0 0 -1" size="0.02" mass="1" contype="0" conaffinity="0"/>
+    </body>
+  </worldbody>
+</mujoco>"""
+
+
+def test_a_hinge_limit_loads_and_stops_the_pendulum_as_mujoco_does(tmp_path):
+    """A limited hinge (range −0.3 to 2 rad, in degrees in the file) loads with contacts=True
+    as a JointModel limit, not as a warning; released at 1 rad the pendulum stops on it, never
+    passing it (rbjax: to 1e-9 rad; MuJoCo's soft limit overshoots to −0.324, measured), and
+    both swing back to about the limit's mirror angle 0.3 rad (rbjax's plastic stop: 0.29999;
+    MuJoCo's soft one is a little elastic: 0.340)."""
+    path = tmp_path / "pendulum.xml"
+    path.write_text(PENDULUM)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = rbjax.load(path, qpos=[1.0], contacts=True)
+    limits = loaded.model.limits
+    np.testing.assert_allclose(np.asarray(limits.lower), [-0.3], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(limits.upper), [2.0], atol=1e-4)
+    steps = 3000
+    traj = rbjax.rollout(loaded.model, loaded.state, 1e-3, steps, integrator=rbjax.MoreauJean())
+    theta = np.asarray(traj.qpos)[:, 0]
+    mjm = mujoco.MjModel.from_xml_path(str(path))
+    d = mujoco.MjData(mjm)
+    d.qpos[0] = 1.0
+    mj = []
+    for _ in range(steps):
+        mujoco.mj_step(mjm, d)
+        mj.append(d.qpos[0])
+    mj = np.array(mj)
+    lo = float(limits.lower[0])
+    assert theta.min() >= lo - 1e-9 and lo - 0.05 < mj.min() < lo + 1e-3
+    for angles in (theta, mj):
+        hit = np.argmax(angles <= lo + 0.01)
+        assert abs(angles[hit + 100 :].max() - 0.3) <= 0.1

@@ -101,7 +101,10 @@ def _xi(d: _Data, P):
 def _steps(d: _Data):
     """r (m, 2): 1/G_NN and 1/max(G_T1T1, G_T2T2) per contact."""
     diag = jnp.diagonal(d.G).reshape(-1, 3)
-    return jnp.stack([1.0 / diag[:, 0], 1.0 / jnp.maximum(diag[:, 1], diag[:, 2])], axis=-1)
+    tangent = jnp.maximum(diag[:, 1], diag[:, 2])
+    # a frictionless row set (a joint limit) has no tangent directions: G_TT = 0, P_T = 0
+    safe = jnp.where(tangent > 0, tangent, 1.0)
+    return jnp.stack([1.0 / diag[:, 0], jnp.where(tangent > 0, 1.0 / safe, 0.0)], axis=-1)
 
 
 def _prox_all(d: _Data, P, r):

@@ -96,15 +96,20 @@ def contact_step(model, t, qpos, qvel, h, tol, max_iter, projection=True):
     tau = model.generalized_forces(t + 0.5 * h, qm[:, None], qvel[:, None])[..., 0]
     factor = jax.scipy.linalg.cho_factor(M, lower=True)
     v_free = qvel + h * jax.scipy.linalg.cho_solve(factor, tau - b)
-    points = model.contacts
-    if points is None or points.count == 0:
+    sets = [s for s in (model.contacts, getattr(model, "limits", None)) if s is not None]
+    if not sets:
         return integrate_positions(topo, qm, v_free, 0.5 * h), v_free, jnp.asarray(True)
 
-    def velocity(v):
-        return points.gaps_and_velocity(model, qm, v)[1]
+    def both(q, v):  # (gaps (k,), contact velocities (k, 3)) of every unilateral constraint
+        parts = [s.gaps_and_velocity(model, q, v) for s in sets]
+        return jnp.concatenate([g for g, _ in parts]), jnp.concatenate([c for _, c in parts])
 
-    gap = points.gaps_and_velocity(model, qm, qvel)[0]
-    k = points.count
+    def velocity(v):
+        return both(qm, v)[1]
+
+    gap = both(qm, qvel)[0]
+    k = sum(s.count for s in sets)
+    per = lambda name: jnp.concatenate([getattr(s, name) for s in sets])  # noqa: E731
     W = jax.jacfwd(velocity)(qvel).reshape(3 * k, -1)  # (3k, nv): γ = W v
     MinvWt = jax.scipy.linalg.cho_solve(factor, W.T)  # (nv, 3k)
     G = W @ MinvWt
@@ -116,10 +121,10 @@ def contact_step(model, t, qpos, qvel, h, tol, max_iter, projection=True):
         G,
         gamma_free,
         (W @ qvel).reshape(k, 3),
-        points.mu,
-        points.restitution,
+        per("mu"),
+        per("restitution"),
         closed,
-        tangential_restitution=points.tangential_restitution,
+        tangential_restitution=per("tangential_restitution"),
         tol=tol,
         max_iter=max_iter,
     )
@@ -129,7 +134,7 @@ def contact_step(model, t, qpos, qvel, h, tol, max_iter, projection=True):
         return q1, v1, sol.ok
     # the position projection (module docstring): Π ≥ 0, g + G_NN Π ≥ 0, Πᵀ(g + G_NN Π) = 0
     # with the midpoint's W and M, then q ⊕ M⁻¹ Wᵀ Π
-    gap1 = points.gaps_and_velocity(model, q1, v1)[0]
+    gap1 = both(q1, v1)[0]
     zeros = jnp.zeros((k, 2), gap1.dtype)
     push = percussions(
         G,

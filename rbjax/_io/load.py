@@ -133,7 +133,9 @@ def load(
     ``contacts=True`` (joint coordinates): the spheres, capsules and boxes of the moving
     bodies that can collide with the world's plane become :class:`rbjax.Contacts`
     (rbjax/_io/mujoco_contacts.py: MuJoCo's collision filter and friction, no restitution),
-    simulated by ``rbjax.rollout(..., integrator=rbjax.MoreauJean())``; what it leaves out
+    and the ranges of limited hinges and slides become ``JointModel`` limits (perfect
+    unilateral constraints, no bounce), simulated by
+    ``rbjax.rollout(..., integrator=rbjax.MoreauJean())``; what it leaves out
     (contacts between the bodies' own geoms, other geom types) stays in the warning. Off by
     default until contacts between bodies exist: a robot whose feet stood on the floor while
     its links passed through each other would look right and be wrong.

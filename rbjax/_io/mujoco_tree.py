@@ -132,13 +132,23 @@ def build_tree_from_mujoco(
                 problems.append(eq)
             else:
                 equalities.append(eq)
-    contact_set = None
+    contact_set, limits = None, None
     if contacts and not (off["CONTACT"] or off["CONSTRAINT"]):
         from .mujoco_contacts import contacts_from_mujoco
 
         contact_set, missing = contacts_from_mujoco(m, body_name)
         problems += missing
         off = dict(off, CONTACT=True)  # listed above, not again as "contacts"
+    if contacts and not (off["LIMIT"] or off["CONSTRAINT"]):
+        limits = {
+            joint_name[j]: tuple(float(x) for x in m.jnt_range[j])
+            for j in range(m.njnt)
+            if m.jnt_limited[j] and types[j] in ("hinge", "slide")
+        }
+        cones = [joint_name[j] for j in range(m.njnt) if m.jnt_limited[j] and types[j] == "ball"]
+        if cones:
+            problems.append(f"the cone limits of ball joints {cones}")
+        off = dict(off, LIMIT=True)  # simulated, or listed above
     problems += features.unsupported(m, off, body_name, joint_name, armature=True)
     if problems:
         text = (
@@ -172,6 +182,7 @@ def build_tree_from_mujoco(
         equalities=equalities,
         formulation=formulation,
         contacts=contact_set,
+        limits=limits,
     )
     q0 = np.array(m.qpos0 if qpos is None else qpos, float)  # a copy: normalised below
     for j, k in enumerate(types):  # MuJoCo normalizes ball and free quaternions

@@ -23,6 +23,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._abstract import AbstractModel, AbstractState
+from .._contact.limits import LimitRows, limit_rows
 from .._contact.shapes import ContactPoints, Contacts
 from .._engine.kernels import cross
 from .._errors import checked_array, fail, is_concrete
@@ -108,6 +109,9 @@ class JointModel(AbstractModel):
     forces (a JAX function or an equinox Module whose arrays are parameters). ``contacts``: an
     :class:`rbjax.Contacts` (shapes on the bodies against a plane, friction, restitution),
     simulated by :class:`rbjax.MoreauJean` only (the smooth integrators refuse such a model).
+    ``limits``: {hinge or slide joint name: (lo, hi)}, the coordinate's range held as perfect
+    unilateral constraints (rbjax/_contact/limits.py) with restitution ``limit_restitution``
+    (default 0, a plastic stop), by :class:`rbjax.MoreauJean` too.
 
     Every array is a differentiable leaf (the contacts' friction and restitution too); the
     structure is static.
@@ -135,6 +139,7 @@ class JointModel(AbstractModel):
     baumgarte: tuple | None
     options: JointCoordinates
     contacts: ContactPoints | None
+    limits: LimitRows | None
 
     def __init__(
         self,
@@ -164,6 +169,8 @@ class JointModel(AbstractModel):
         baumgarte=None,
         formulation: JointCoordinates | None = None,
         contacts: Contacts | None = None,
+        limits: dict | None = None,
+        limit_restitution: float = 0.0,
     ):
         nj = len(joint_types)
         joint_names = (
@@ -278,15 +285,16 @@ class JointModel(AbstractModel):
                 "is not an rbjax.Contacts",
                 "pass rbjax.Contacts([rbjax.Sphere(...), ...], friction=..., restitution=...)",
             )
-        if contacts is not None and self.equalities:
+        if (contacts is not None or limits) and self.equalities:
             fail(
-                "JointModel.contacts",
-                f"{len(contacts.shapes)} shape(s)",
+                "JointModel.contacts" if contacts is not None else "JointModel.limits",
+                f"{len(contacts.shapes)} shape(s)" if contacts is not None else limits,
                 "cannot be combined with equalities yet (the Moreau–Jean step has no "
                 "bilateral rows)",
                 "remove the equalities, or simulate the contacts without them",
             )
         self.contacts = None if contacts is None else contacts.resolve(topo.names)
+        self.limits = limit_rows(topo, limits, limit_restitution)
 
     # ------------------------------------------------------------------ structure
     @property

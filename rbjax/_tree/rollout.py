@@ -206,11 +206,16 @@ def rollout_tree(
             "yet. Fix: use rbjax.RK4(), rbjax.ExplicitRK(tableau), rbjax.SemiImplicitEuler(), "
             "rbjax.ImplicitFast() or rbjax.MoreauJean()."
         )
-    if model.contacts is not None and not isinstance(integrator, MoreauJean):
+    unilateral = [
+        f"{s.count} {what}"
+        for s, what in ((model.contacts, "contact points"), (model.limits, "joint-limit sides"))
+        if s is not None
+    ]
+    if unilateral and not isinstance(integrator, MoreauJean):
         raise ValueError(
             f"integrator = {type(integrator).__name__}() would ignore the model's "
-            f"{model.contacts.count} contact points: a smooth integrator has no unilateral "
-            "constraints. Fix: integrator=rbjax.MoreauJean(), or a model without contacts."
+            f"{' and '.join(unilateral)}: a smooth integrator has no unilateral "
+            "constraints. Fix: integrator=rbjax.MoreauJean(), or a model without them."
         )
     check_joint_state(model, state0)
     batched = batched_parameters(model)
