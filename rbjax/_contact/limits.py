@@ -50,7 +50,7 @@ class LimitRows(eqx.Module):
         return gap, jnp.stack([normal, zeros, zeros], axis=-1)
 
 
-def limit_rows(topo, limits: dict, restitution: float = 0.0) -> LimitRows | None:
+def limit_rows(topo, limits: dict | None, restitution: float = 0.0) -> LimitRows | None:
     """The :class:`LimitRows` of ``limits`` {joint name: (lo, hi)} on the tree ``topo``: hinge
     or slide joints, lo < hi (either may be ±inf), restitution in [0, 1]."""
     if not limits:

@@ -169,7 +169,7 @@ def percussions(
     restitution,
     closed,
     *,
-    tangential_restitution=0.0,
+    tangential_restitution: jax.typing.ArrayLike = 0.0,
     tol: float = 1e-10,
     max_iter: int = 200,
     initial=None,
