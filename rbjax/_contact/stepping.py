@@ -1,5 +1,5 @@
 r"""Moreau–Jean time stepping of a tree in joint coordinates with perfect unilateral contacts
-and Coulomb friction (Moreau 1988; Jean 1999; Studer 2009, *Numerics of Unilateral Contacts
+and Coulomb friction, and joint limits (rbjax/_contact/limits.py) (Moreau 1988; Jean 1999; Studer 2009, *Numerics of Unilateral Contacts
 and Friction*, §4.2 and Alg. 4.1; Acary & Brogliato 2008, §10.1).
 
 One step of length h from (q_k, v_k) (``integrate_positions``'s ⊕ turns a ball's or free
@@ -48,7 +48,8 @@ from .prox import percussions
 
 class MoreauJean(AbstractIntegrator):
     """Moreau–Jean time stepping with perfect unilateral contacts and Coulomb friction, for a
-    :class:`rbjax.JointModel` with ``contacts`` (rbjax/_contact/stepping.py). ``tol`` and
+    :class:`rbjax.JointModel` with ``contacts`` or ``limits`` (joint ranges, as frictionless
+    unilateral constraints; rbjax/_contact/stepping.py). ``tol`` and
     ``max_iter``: the contact solver's natural-map tolerance (relative to the percussions)
     and its Gauss–Seidel sweeps at most; a step whose solver does not converge fails with
     ``rbjax.RESULTS.solver_failed``. ``projection``: move the positions out of the plane after
