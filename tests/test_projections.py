@@ -104,7 +104,10 @@ def test_assemble_is_the_closest_point_in_the_mass_metric(start):
     r_ref, a_ref = config(res.x)
     q = np.asarray(out.q[0])
     err = max(np.max(np.abs(q[:3] - r_ref)), np.max(np.abs(q[3:] - a_ref * np.sign(a_ref @ q[3:]))))
-    assert err <= 1e-8, f"assemble vs SLSQP closest point: {err:.3g}"
+    # SLSQP stops on the objective's change (ftol 1e-15), so its point is accurate to about
+    # √ftol ≈ 3e-8 in the displacement: measured 1.3e-8 from the far start on an AMD EPYC host,
+    # below 1e-8 on the Intel one
+    assert err <= 3e-8, f"assemble vs SLSQP closest point: {err:.3g}"
     assert np.max(np.abs(joint(res.x))) <= 1e-10
 
 
