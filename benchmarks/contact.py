@@ -20,7 +20,8 @@ penetration (MuJoCo's contact is a stiff spring-damper that lets the body sink u
 force balances the weight) and in the time to rest.
 
 Speed: the box drop at B = 1, 64, 1024 (initial heights spread by ±5 cm, seeded, the same for
-both engines), µs per system-step; compile = first call − median warm call; warm calls
+both engines; 2000 steps at B = 1, then at least 600, past every landing), µs per
+system-step; compile = first call − median warm call; warm calls
 interleaved between engines. Machine noise: ratios from the same run only.
 
     python benchmarks/contact.py [--quick] [--json benchmarks/results/contact_cpu.json]
@@ -261,9 +262,10 @@ def speed(batches, repeats, run_s):
                 f"  B={batch} {name}: {rows[-1]['us_per_system_step']:.3g} µs/system-step",
                 flush=True,
             )
-        # the next batch with about run_s seconds of the slower engine
+        # the next batch with about run_s seconds of the slower engine, but at least 600
+        # steps: every box has landed by 0.3 s, so the rows time contact, not free flight
         slowest = max(r["us_per_system_step"] for r in rows if r["B"] == batch)
-        steps = max(10, min(2000, round(run_s / (slowest * 1e-6 * batch * 16))))
+        steps = max(600, min(2000, round(run_s / (slowest * 1e-6 * batch * 16))))
     return rows
 
 
