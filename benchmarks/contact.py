@@ -198,7 +198,6 @@ def _summary(scene, t, q, v, depth, first, runs, steps):
     speed = np.max(np.abs(v), axis=1)
     moving = np.flatnonzero(speed >= 1e-2)
     rest = float(t[moving[-1] + 1]) if moving.size and moving[-1] + 1 < len(t) else float("nan")
-    w, x = q[-1, 3], q[-1, 4:7]
     out = dict(
         time_to_rest_s=rest,
         rest_height_m=float(q[-1, 2]),
@@ -221,7 +220,6 @@ def _summary(scene, t, q, v, depth, first, runs, steps):
         out["rolling_from_closed_form_s"] = 2 * v0 / (7 * mu * G)
         out["rolling_speed"] = float(v[-1, 0])
         out["rolling_speed_closed_form"] = 5 * v0 / 7
-    del w, x
     return out
 
 

@@ -43,6 +43,7 @@ import jax.numpy as jnp
 
 from .._integrators import AbstractIntegrator
 from .._tree.implicit import integrate_positions
+from .._tree.model import per_joint_system
 from .prox import percussions
 
 
@@ -75,17 +76,13 @@ class MoreauJean(AbstractIntegrator):
                 "integrator = MoreauJean() integrates joint coordinates only. Fix: load the "
                 "model with formulation=rbjax.JointCoordinates() and give it contacts."
             )
-        batch = q.shape[1:-1]
-        qs = jnp.moveaxis(q[..., 0], 0, -1).reshape((-1, q.shape[0]))
-        us = jnp.moveaxis(u[..., 0], 0, -1).reshape((-1, u.shape[0]))
-        ts = jnp.broadcast_to(t[..., 0], batch).reshape(-1)
-        q1, u1, ok = jax.vmap(
-            lambda tt, qq, uu: contact_step(
-                model, tt, qq, uu, h, self.tol, self.max_iter, self.projection
-            )
-        )(ts, qs, us)
-        back = lambda x: jnp.moveaxis(x.reshape(batch + x.shape[-1:]), -1, 0)[..., None]  # noqa: E731
-        return t + h, back(q1), back(u1), ok.reshape(batch)
+
+        def one(m, s):
+            return contact_step(m, s.t, s.qpos, s.qvel, h, self.tol, self.max_iter, self.projection)
+
+        q1, u1, ok = per_joint_system(one, model, t, q, u)  # batch-first
+        back = lambda x: jnp.moveaxis(x, -1, 0)[..., None]  # noqa: E731
+        return t + h, back(q1), back(u1), ok
 
 
 def contact_step(model, t, qpos, qvel, h, tol, max_iter, projection=True):
@@ -97,7 +94,7 @@ def contact_step(model, t, qpos, qvel, h, tol, max_iter, projection=True):
     tau = model.generalized_forces(t + 0.5 * h, qm[:, None], qvel[:, None])[..., 0]
     factor = jax.scipy.linalg.cho_factor(M, lower=True)
     v_free = qvel + h * jax.scipy.linalg.cho_solve(factor, tau - b)
-    sets = [s for s in (model.contacts, getattr(model, "limits", None)) if s is not None]
+    sets = [s for s in (model.contacts, model.limits) if s is not None]
     if not sets:
         return integrate_positions(topo, qm, v_free, 0.5 * h), v_free, jnp.asarray(True)
 

@@ -32,7 +32,7 @@ def state_system(fn, model, t, q, u):
 class Natural(eqx.Module):
     """A measure of a formulation whose natural state is not :class:`rbjax.State`:
     ``system(fn, model, t, q, u)`` evaluates the measure's ONE-system ``fn(model, state)`` on
-    the engine's component-first arrays (rbjax/_tree/rollout.py ``per_joint_system``: a
+    the engine's component-first arrays (rbjax/_tree/model.py ``per_joint_system``: a
     :class:`rbjax.JointState` per system)."""
 
     measure: Any  # an rbjax measure (rbjax/_measures.py, above the engine)

@@ -7,7 +7,7 @@ standing where a maximal-coordinate model has its bodies, and the model's formul
 :class:`rbjax.JointCoordinates`, whose derivatives are M⁻¹(τ − b) (rbjax/_tree/dynamics.py).
 
 Measures (rbjax/_measures.py) run in the same loop: their functions see ONE system's
-:class:`rbjax.JointState` (:func:`per_joint_system`), and events and located extrema are found
+:class:`rbjax.JointState` (rbjax/_tree/model.py ``per_joint_system``), and events and located extrema are found
 on the same cubic Hermite dense output of (qpos, q̇pos) and (qvel, q̈). The plausibility
 monitors are rbjax/_tree/monitors.py's, evaluated on the saved states by a second program
 (as for maximal coordinates: the loop's program, and so its bits, is the same with or
@@ -35,7 +35,7 @@ from .._results import RESULTS
 from .._state import fresh_tolerances
 from .equality import violations
 from .implicit import ImplicitFast
-from .model import JointModel, JointState
+from .model import JointModel, JointState, per_joint_system
 from .monitors import QUANTITY, evaluate, joint_spec
 
 
@@ -133,20 +133,6 @@ def check_joint_state(model: JointModel, state: JointState) -> None:
                 "state0 = rbjax.assemble(model, state0) (rbjax.load assembles the file's "
                 "initial state)."
             )
-
-
-def per_joint_system(fn, model, t, q, u):
-    """``fn(model, state)`` written for ONE system (a :class:`rbjax.JointState`: t (),
-    qpos (nq,), qvel (nv,)) on the engine's arrays t (*batch, 1), q (nq, *batch, 1),
-    u (nv, *batch, 1), ``jax.vmap``-ed over every batch axis; outputs batch-first."""
-    t, qpos, qvel = t[..., 0], jnp.moveaxis(q[..., 0], 0, -1), jnp.moveaxis(u[..., 0], 0, -1)
-
-    def one(tt, qq, vv):
-        return fn(model, JointState(tt, qq, vv))
-
-    for _ in t.shape:
-        one = jax.vmap(one)
-    return one(t, qpos, qvel)
 
 
 def batched_parameters(model: JointModel) -> list[str]:
