@@ -34,6 +34,11 @@ class LimitRows(eqx.Module):
         return jnp.zeros_like(self.restitution)
 
     @property
+    def fixed_rows(self) -> np.ndarray:
+        """Every limit row is the same constraint in every configuration."""
+        return np.ones(self.count, bool)
+
+    @property
     def count(self) -> int:
         """The unilateral constraints: two per limited coordinate."""
         return 2 * len(self.dof)

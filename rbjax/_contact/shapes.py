@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import _quaternion as quat
 from .._errors import fail
+from . import narrow
 
 
 def _vec(field: str, v, n: int, fix: str) -> np.ndarray:
@@ -60,6 +61,11 @@ class Sphere(eqx.Module):
         c = _vec(f"Sphere({self.body!r}).pos", self.pos, 3, "give the centre [x, y, z]")
         return c[None], np.array([r])
 
+    def solid(self) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:
+        """(type, centre (3,), axes (3, 3), size (3,)) in body axes (rbjax/_contact/narrow.py)."""
+        (c,), (r,) = self.candidates()
+        return "sphere", c, np.eye(3), np.array([r, 0.0, 0.0])
+
 
 class Capsule(eqx.Module):
     """A capsule of ``radius`` [m] on ``body``: the points within ``radius`` of a segment of
@@ -80,6 +86,13 @@ class Capsule(eqx.Module):
         axis = _rotation(f"{name}.quat", self.quat)[:, 2]
         return np.stack([c - half * axis, c + half * axis]), np.array([r, r])
 
+    def solid(self) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:
+        """(type, centre (3,), axes (3, 3), size (3,)) in body axes (rbjax/_contact/narrow.py)."""
+        self.candidates()
+        R = _rotation(f"Capsule({self.body!r}).quat", self.quat)
+        size = np.array([self.radius, self.half_length, 0.0], float)
+        return "capsule", np.asarray(self.pos, float), R, size
+
 
 class Box(eqx.Module):
     """A box of half extents ``half`` (3,) [m] on ``body``, centred at ``pos`` with axes
@@ -99,6 +112,12 @@ class Box(eqx.Module):
         R = _rotation(f"{name}.quat", self.quat)
         signs = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)])
         return c + (signs * half) @ R.T, np.zeros(8)
+
+    def solid(self) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:
+        """(type, centre (3,), axes (3, 3), size (3,)) in body axes (rbjax/_contact/narrow.py)."""
+        self.candidates()
+        R = _rotation(f"Box({self.body!r}).quat", self.quat)
+        return "box", np.asarray(self.pos, float), R, np.asarray(self.half, float)
 
 
 SHAPES = (Sphere, Capsule, Box)
@@ -125,65 +144,161 @@ class Plane(eqx.Module):
         return np.stack([n, t1, np.cross(n, t1)]), p0
 
 
+class PairGroup(eqx.Module):
+    """The shape pairs of one type pair ``kind`` (A, B in the order sphere < capsule < box):
+    the static bodies ``body_a``, ``body_b`` (P,) (−1: the world), and per pair each shape's
+    centre ``pos_*`` (P, 3), axes ``rot_*`` (P, 3, 3) in its body's axes and ``size_*`` (P, 3)
+    (rbjax/_contact/narrow.py)."""
+
+    kind: tuple[str, str] = eqx.field(static=True)
+    body_a: tuple[int, ...] = eqx.field(static=True)
+    body_b: tuple[int, ...] = eqx.field(static=True)
+    pos_a: jax.Array
+    rot_a: jax.Array
+    size_a: jax.Array
+    pos_b: jax.Array
+    rot_b: jax.Array
+    size_b: jax.Array
+
+    @property
+    def count(self) -> int:
+        return len(self.body_a) * narrow.COUNT[self.kind]
+
+    def geometry(self, xpos, R):
+        """(g (c,), n (c, 3), p (c, 3), body A (c,), body B (c,)) of every candidate, from the
+        bodies' world origins ``xpos`` and rotations ``R`` (the world appended last)."""
+        a, b = np.asarray(self.body_a), np.asarray(self.body_b)
+        world = lambda idx, pos, rot: (  # noqa: E731
+            xpos[idx] + jnp.einsum("pab,pb->pa", R[idx], pos),
+            jnp.einsum("pab,pbc->pac", R[idx], rot),
+        )
+        ca, Ra = world(a, self.pos_a, self.rot_a)
+        cb, Rb = world(b, self.pos_b, self.rot_b)
+        g, n, p = jax.vmap(narrow.KERNELS[self.kind])(ca, Ra, self.size_a, cb, Rb, self.size_b)
+        if narrow.COUNT[self.kind] > 1:
+            size = jnp.maximum(jnp.max(self.size_a, axis=1), jnp.max(self.size_b, axis=1))
+            g = jax.vmap(narrow.unique)(g, p, size)
+        per = narrow.COUNT[self.kind]
+        return (
+            g.reshape(-1),
+            n.reshape(-1, 3),
+            p.reshape(-1, 3),
+            np.repeat(a, per),
+            np.repeat(b, per),
+        )
+
+
+def _tangents(n):
+    """Rows (n, t₁, t₂) (..., 3, 3) of a right-handed orthonormal frame around unit normals n:
+    t₁ = n × e / |n × e| with e the axis of n's smallest component."""
+    e = jax.nn.one_hot(jnp.argmin(jnp.abs(n), axis=-1), 3, dtype=n.dtype)
+    t1 = jnp.cross(n, e)
+    t1 = t1 / jnp.linalg.norm(t1, axis=-1, keepdims=True)
+    return jnp.stack([n, t1, jnp.cross(n, t1)], axis=-2)
+
+
 class ContactPoints(eqx.Module):
-    """The candidate contact points of a model's shapes against its plane, resolved against
-    the body names: ``body`` (k,) static body indices, ``local`` (k, 3) points in body axes,
-    ``radius`` (k,), the plane's ``frame`` (3, 3) (rows n, t₁, t₂) and ``origin`` (3,), and per
-    candidate the friction coefficient ``mu``, the normal and tangential ``restitution``."""
+    """The candidate contacts of a model's shapes, resolved against the body names: against
+    the plane, ``body`` (k,) static body indices, ``local`` (k, 3) points in body axes,
+    ``radius`` (k,), the plane's ``frame`` (3, 3) (rows n, t₁, t₂) and ``origin`` (3,); between
+    shapes, the ``pairs`` (:class:`PairGroup`, one per type pair); and per candidate (the
+    plane's first, then the pairs' in order) the friction coefficient ``mu``, the normal and
+    tangential ``restitution``."""
 
     body: tuple[int, ...] = eqx.field(static=True)
     local: jax.Array
     radius: jax.Array
     frame: jax.Array
     origin: jax.Array
+    pairs: tuple[PairGroup, ...]
     mu: jax.Array
     restitution: jax.Array
     tangential_restitution: jax.Array
 
     @property
     def count(self) -> int:
-        return len(self.body)
+        return len(self.body) + sum(group.count for group in self.pairs)
+
+    @property
+    def fixed_rows(self) -> np.ndarray:
+        """(k,) bool: the candidates whose identity does not depend on the configuration (a
+        point against the plane), not those of a pair (chosen anew by the narrow phase)."""
+        return np.arange(self.count) < len(self.body)
 
     def gaps_and_velocity(self, model, qpos, qvel):
-        """(g (k,), γ (k, 3)) of ONE system: the gaps and the contact velocities in the frame
-        (n, t₁, t₂) (module docstring); γ is linear in qvel."""
+        """(g (k,), γ (k, 3)) of ONE system: the gaps and the contact velocities in each
+        candidate's frame (n, t₁, t₂) (module docstring; for a pair, γ is B's velocity
+        relative to A's at the contact point); γ is linear in qvel."""
         xpos, xquat = model.body_poses(qpos)
         com = model.body_com(qpos)
         v, w = model.body_velocities(qpos, qvel)
-        idx = np.asarray(self.body)
-        R = quat.rotation_matrix(xquat[idx])  # (k, 3, 3)
-        centre = xpos[idx] + jnp.einsum("kab,kb->ka", R, self.local)
-        n = self.frame[0]
-        gap = (centre - self.origin) @ n - self.radius
-        point = centre - self.radius[:, None] * n
-        vp = v[idx] + jnp.cross(w[idx], point - com[idx])
-        return gap, vp @ self.frame.T
+        R = quat.rotation_matrix(xquat)
+        gaps, gammas = [], []
+        if self.body:
+            idx = np.asarray(self.body)
+            centre = xpos[idx] + jnp.einsum("kab,kb->ka", R[idx], self.local)
+            n = self.frame[0]
+            gaps.append((centre - self.origin) @ n - self.radius)
+            point = centre - self.radius[:, None] * n
+            vp = v[idx] + jnp.cross(w[idx], point - com[idx])
+            gammas.append(vp @ self.frame.T)
+        if self.pairs:
+            # the world as a last body: at rest, at the origin, unrotated
+            add = lambda x, row: jnp.concatenate([x, row[None].astype(x.dtype)])  # noqa: E731
+            xpos_w, com_w = add(xpos, jnp.zeros(3)), add(com, jnp.zeros(3))
+            R_w, v_w, w_w = add(R, jnp.eye(3)), add(v, jnp.zeros(3)), add(w, jnp.zeros(3))
+            for group in self.pairs:
+                g, n, p, a, b = group.geometry(xpos_w, R_w)
+                at = lambda i: v_w[i] + jnp.cross(w_w[i], p - com_w[i])  # noqa: E731,B023
+                gaps.append(g)
+                gammas.append(jnp.einsum("kij,kj->ki", _tangents(n), at(b) - at(a)))
+        return jnp.concatenate(gaps), jnp.concatenate(gammas)
+
+
+WORLD = "world"
+GROUND = Plane()
 
 
 class Contacts(eqx.Module):
     """What touches what: ``shapes`` (:class:`Sphere`, :class:`Capsule`, :class:`Box` on the
-    model's bodies) against one fixed ``plane`` (:class:`Plane`, default the ground z = 0),
+    model's bodies, or on ``"world"`` for a fixed obstacle) against one fixed ``plane``
+    (:class:`Plane`, default the ground z = 0; ``None``: no plane) and against each other,
     with Coulomb's ``friction`` coefficient μ ≥ 0 and Newton's ``restitution`` e ∈ [0, 1]
     (normal) and ``tangential_restitution`` e_T ∈ [0, 1] (0: a sliding contact keeps no
-    tangential bounce), one value for every shape or one per shape.
+    tangential bounce), one value for every shape or one per shape. A pair of shapes takes the
+    larger of their two values (MuJoCo's rule for friction).
+
+    ``pairs``: which shapes touch each other: ``"auto"`` (default), every two shapes on
+    different bodies that are not parent and child (MuJoCo's default filter: a joint's two
+    bodies overlap by design), and not both on the world; ``()`` none (the plane only); or a
+    sequence of index pairs (i, j) into ``shapes``. The narrow phase and its candidate contacts
+    per pair: rbjax/_contact/narrow.py. ``plane_shapes``: the indices of the shapes that touch
+    the plane (default every shape not on the world). ``plane_friction``: the plane's own μ,
+    mixed with each shape's by the larger (default None: the shape's μ alone).
 
     Give it to :class:`rbjax.JointModel` (``contacts=``) and integrate with
     :class:`rbjax.MoreauJean`, the time stepping that treats contacts as perfect unilateral
     constraints (rbjax/_contact/stepping.py)."""
 
     shapes: tuple
-    plane: Plane = Plane()
+    plane: Plane | None = GROUND
     friction: tuple | float = 0.0
     restitution: tuple | float = 0.0
     tangential_restitution: tuple | float = 0.0
+    pairs: tuple | str = eqx.field(static=True, default="auto")
+    plane_shapes: tuple | None = eqx.field(static=True, default=None)
+    plane_friction: float | None = None
 
     def __init__(
         self,
         shapes,
-        plane: Plane | None = None,
+        plane: Plane | None = GROUND,
         friction: float | tuple = 0.0,
         restitution: float | tuple = 0.0,
         tangential_restitution: float | tuple = 0.0,
+        pairs: str | tuple = "auto",
+        plane_shapes: tuple | None = None,
+        plane_friction: float | None = None,
     ):
         shapes = tuple(shapes)
         if not shapes:
@@ -197,14 +312,58 @@ class Contacts(eqx.Module):
                     "give rbjax.Sphere, rbjax.Capsule or rbjax.Box",
                 )
         self.shapes = shapes
-        self.plane = Plane() if plane is None else plane
-        if not isinstance(self.plane, Plane):
-            fail("Contacts.plane", type(plane).__name__, "is not a Plane", "give rbjax.Plane(...)")
+        if plane is not None and not isinstance(plane, Plane):
+            fail(
+                "Contacts.plane",
+                type(plane).__name__,
+                "is not a Plane",
+                "give rbjax.Plane(...), or None for no plane",
+            )
+        self.plane = plane
         self.friction = self._per_shape("friction", friction, 0.0, np.inf)
         self.restitution = self._per_shape("restitution", restitution, 0.0, 1.0)
         self.tangential_restitution = self._per_shape(
             "tangential_restitution", tangential_restitution, 0.0, 1.0
         )
+        self.pairs = self._pairs(pairs)
+        if plane_shapes is not None:
+            plane_shapes = tuple(plane_shapes)
+            if not all(
+                isinstance(k, int | np.integer) and 0 <= k < len(shapes) for k in plane_shapes
+            ):
+                fail(
+                    "Contacts.plane_shapes",
+                    plane_shapes,
+                    f"is not a list of shape indices in [0, {len(shapes)})",
+                    "give the indices into Contacts.shapes of the shapes that touch the plane",
+                )
+            plane_shapes = tuple(int(k) for k in plane_shapes)
+        self.plane_shapes = plane_shapes
+        if plane_friction is not None and not (np.isfinite(plane_friction) and plane_friction >= 0):
+            fail("Contacts.plane_friction", plane_friction, "is not a number >= 0", "give μ >= 0")
+        self.plane_friction = None if plane_friction is None else float(plane_friction)
+
+    def _pairs(self, pairs) -> tuple | str:
+        if isinstance(pairs, str):
+            if pairs != "auto":
+                fail("Contacts.pairs", pairs, "is not 'auto'", "give 'auto', () or [(i, j), ...]")
+            return pairs
+        out = []
+        for k, pair in enumerate(pairs):
+            ok = (
+                len(pair) == 2
+                and all(isinstance(x, int | np.integer) and 0 <= x < len(self.shapes) for x in pair)
+                and pair[0] != pair[1]
+            )
+            if not ok:
+                fail(
+                    f"Contacts.pairs[{k}]",
+                    pair,
+                    f"is not two different shape indices in [0, {len(self.shapes)})",
+                    "give (i, j) indices into Contacts.shapes",
+                )
+            out.append((int(pair[0]), int(pair[1])))
+        return tuple(out)
 
     def _per_shape(self, field: str, v, low: float, high: float) -> tuple:
         a = (
@@ -221,32 +380,118 @@ class Contacts(eqx.Module):
             )
         return tuple(float(x) for x in a)
 
-    def resolve(self, names: tuple[str, ...]) -> ContactPoints:
-        """The :class:`ContactPoints` of these shapes on a model with body ``names``."""
-        body, local, radius, per = [], [], [], []
+    def _bodies(self, names: tuple[str, ...]) -> list[int]:
+        out = []
         for k, s in enumerate(self.shapes):
+            if s.body == WORLD:
+                out.append(-1)
+                continue
             if s.body not in names:
                 fail(
                     f"Contacts.shapes[{k}].body",
                     s.body,
-                    f"is not a body of the model (bodies: {', '.join(names)})",
+                    f"is not a body of the model (bodies: {', '.join(names)}, or 'world')",
                     "give the name of the body the shape is attached to",
                 )
-            pts, rad = s.candidates()
-            body += [names.index(s.body)] * len(rad)
-            local.append(pts)
-            radius.append(rad)
-            per += [k] * len(rad)
-        frame, origin = self.plane.frame()
+            out.append(names.index(s.body))
+        return out
+
+    def shape_pairs(self, names: tuple[str, ...], parent) -> list[tuple[int, int]]:
+        """The index pairs (i, j) of shapes that touch each other on a model with body
+        ``names`` and ``parent`` indices (``pairs``; "auto": MuJoCo's default filter)."""
+        body = self._bodies(names)
+        if not isinstance(self.pairs, str):
+            explicit: tuple[tuple[int, int], ...] = self.pairs
+            for k, (i, j) in enumerate(explicit):
+                if body[i] == body[j]:
+                    fail(
+                        f"Contacts.pairs[{k}]",
+                        (i, j),
+                        f"puts two shapes of the same body ({self.shapes[i].body!r}) in contact",
+                        "pair shapes on different bodies",
+                    )
+            return list(explicit)
+        linked = lambda a, b: a == b or (a >= 0 and parent[a] == b) or (b >= 0 and parent[b] == a)  # noqa: E731
+        return [
+            (i, j)
+            for i in range(len(body))
+            for j in range(i + 1, len(body))
+            if not linked(body[i], body[j])
+        ]
+
+    def resolve(self, names: tuple[str, ...], parent=()) -> ContactPoints:
+        """The :class:`ContactPoints` of these shapes on a model with body ``names`` and
+        ``parent`` indices (−1: the world)."""
+        body_of = self._bodies(names)
         dt = jnp.result_type(float)
-        pick = lambda vals: jnp.asarray(np.asarray(vals)[per], dt)  # noqa: E731
+        per_shape = {
+            f: np.asarray(getattr(self, f))
+            for f in ("friction", "restitution", "tangential_restitution")
+        }
+        body, local, radius, rows = [], [], [], []
+        if self.plane is not None:
+            on_plane = range(len(self.shapes)) if self.plane_shapes is None else self.plane_shapes
+            for k in on_plane:
+                if body_of[k] < 0:
+                    continue
+                pts, rad = self.shapes[k].candidates()
+                body += [body_of[k]] * len(rad)
+                local.append(pts)
+                radius.append(rad)
+                row = np.array([per_shape[f][k] for f in per_shape])
+                if self.plane_friction is not None:
+                    row[0] = max(row[0], self.plane_friction)
+                rows.append(row[None].repeat(len(rad), 0))
+            frame, origin = self.plane.frame()
+        else:
+            frame, origin = np.eye(3), np.zeros(3)
+        solids = [s.solid() for s in self.shapes]
+        groups: dict[tuple[str, str], list] = {}
+        for i, j in self.shape_pairs(names, parent):
+            if body_of[i] < 0 and body_of[j] < 0:
+                continue
+            if narrow.ORDER.index(solids[i][0]) > narrow.ORDER.index(solids[j][0]):
+                i, j = j, i
+            groups.setdefault((solids[i][0], solids[j][0]), []).append((i, j))
+        pairs = []
+        for kind, members in sorted(groups.items(), key=lambda kv: narrow.ORDER_PAIRS.index(kv[0])):
+            col = lambda which, part, members=members: jnp.asarray(  # noqa: E731
+                np.stack([solids[m[which]][part] for m in members]), dt
+            )
+            pairs.append(
+                PairGroup(
+                    kind,
+                    tuple(body_of[i] for i, _ in members),
+                    tuple(body_of[j] for _, j in members),
+                    col(0, 1),
+                    col(0, 2),
+                    col(0, 3),
+                    col(1, 1),
+                    col(1, 2),
+                    col(1, 3),
+                )
+            )
+            mixed = np.array(
+                [[max(per_shape[f][i], per_shape[f][j]) for f in per_shape] for i, j in members]
+            )
+            rows.append(mixed.repeat(narrow.COUNT[kind], 0))
+        if not body and not pairs:
+            fail(
+                "Contacts",
+                f"{len(self.shapes)} shape(s)",
+                "has no candidate contact (no plane, and no pair of shapes that may touch)",
+                "give a plane, or shapes on different bodies",
+            )
+        table = np.concatenate(rows) if rows else np.zeros((0, 3))
+        empty = np.zeros((0, 3))
         return ContactPoints(
             tuple(body),
-            jnp.asarray(np.concatenate(local), dt),
-            jnp.asarray(np.concatenate(radius), dt),
+            jnp.asarray(np.concatenate(local) if local else empty, dt),
+            jnp.asarray(np.concatenate(radius) if radius else np.zeros(0), dt),
             jnp.asarray(frame, dt),
             jnp.asarray(origin, dt),
-            pick(self.friction),
-            pick(self.restitution),
-            pick(self.tangential_restitution),
+            tuple(pairs),
+            jnp.asarray(table[:, 0], dt),
+            jnp.asarray(table[:, 1], dt),
+            jnp.asarray(table[:, 2], dt),
         )

@@ -293,7 +293,7 @@ class JointModel(AbstractModel):
                 "bilateral rows)",
                 "remove the equalities, or simulate the contacts without them",
             )
-        self.contacts = None if contacts is None else contacts.resolve(topo.names)
+        self.contacts = None if contacts is None else contacts.resolve(topo.names, topo.parent)
         self.limits = limit_rows(topo, limits, limit_restitution)
 
     # ------------------------------------------------------------------ structure

@@ -241,7 +241,7 @@ def rollout_tree(
             "exceeded its limit); rerun with throw=False to see result and failed_step",
         )
     elif throw and is_concrete(traj.result):
-        _raise_on_failure(traj, spec)
+        _raise_on_failure(traj, spec, integrator)
     return guard_output(traj) if check_gradients else traj
 
 
@@ -281,7 +281,7 @@ def run_joint(
     return traj
 
 
-def _raise_on_failure(traj: JointTrajectory, spec) -> None:
+def _raise_on_failure(traj: JointTrajectory, spec, integrator=None) -> None:
     """EquinoxRuntimeError naming the first failing system, its step and what failed (for
     an implausible one the quantity, its worst value and the limit)."""
     codes = np.asarray(traj.result).reshape(-1)
@@ -303,6 +303,14 @@ def _raise_on_failure(traj: JointTrajectory, spec) -> None:
             "initial conditions; loosen a limit knowingly with monitors=rbjax.Plausibility(...) "
             "or disable them with monitors=None; or pass throw=False and inspect "
             "JointTrajectory.result / monitors."
+        )
+    if code == RESULTS.solver_failed and type(integrator).__name__ == "MoreauJean":
+        raise eqx.EquinoxRuntimeError(
+            f"rbjax.rollout: the contact solver (MoreauJean) did not reach its tolerance at "
+            f"step {step}{system} of a JointModel. Fix: raise MoreauJean(max_iter=...) or "
+            "accept=... (a stack, or a contact on the stick-slip boundary, converges slowly: "
+            "docs/guide/contact.md), reduce dt, or pass throw=False and inspect "
+            "JointTrajectory.result / failed_step."
         )
     raise eqx.EquinoxRuntimeError(
         f"rbjax.rollout: {code.message} at step {step}{system} of a JointModel. Fix: reduce "
