@@ -1,7 +1,8 @@
 """``rbjax.load(path, contacts=True)`` (rbjax/_io/mujoco_contacts.py) against MuJoCo on the same
 MJCF: a box dropped tilted and spinning onto the floor comes to rest on the same face, at the
-same height to within MuJoCo's soft-contact sink, and where MuJoCo's geoms give rbjax nothing to
-simulate the one warning says so."""
+same height to within MuJoCo's soft-contact sink, a cube turned on a cube rests as MuJoCo's
+does (and exactly), and where MuJoCo's geoms give rbjax nothing to simulate the one warning
+says so."""
 
 from __future__ import annotations
 
@@ -68,8 +69,8 @@ def test_a_dropped_box_rests_as_mujocos_does(tmp_path):
 
 
 def test_what_contacts_leave_out_is_named(tmp_path):
-    """Two boxes that can hit each other, and a cylinder: the plane contacts of the boxes are
-    simulated, the box–box pair and the cylinder are named in the warning; contacts=True in
+    """Two boxes that can hit each other, and a cylinder: the plane contacts of the boxes and
+    the box–box pair are simulated, the cylinder is named in the warning; contacts=True in
     maximal coordinates is refused with the fix."""
     xml = SCENE.replace(
         "</worldbody>",
@@ -81,10 +82,56 @@ def test_what_contacts_leave_out_is_named(tmp_path):
     with pytest.warns(UserWarning) as caught:
         loaded = rbjax.load(path, contacts=True)
     text = "\n".join(str(w.message) for w in caught)
-    assert "pair(s) of the bodies' own geoms" in text and "['can']" in text
-    assert loaded.model.contacts.count == 16
+    assert "contacts of geoms ['can']" in text and "pair" not in text
+    # 8 corners of each box on the plane, 26 candidates for the box pair
+    assert loaded.model.contacts.count == 16 + 26
     with pytest.raises(ValueError, match="contacts=True needs joint coordinates"):
         rbjax.load(path, contacts=True, formulation=rbjax.ScalableDAE())
+
+
+STACK = """<mujoco>
+  <compiler angle="radian"/>
+  <option timestep="0.001" cone="elliptic" integrator="Euler"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="5 5 0.1" friction="0.5 0 0" condim="3"/>
+    <body name="lower" pos="0 0 0.1">
+      <freejoint/>
+      <geom type="box" size="0.1 0.1 0.1" mass="1" friction="0.5 0 0" condim="3"/>
+    </body>
+    <body name="upper" pos="0.02 0.01 0.31" euler="0 0 0.5">
+      <freejoint/>
+      <geom type="box" size="0.1 0.1 0.1" mass="1" friction="0.5 0 0" condim="3"/>
+    </body>
+  </worldbody>
+</mujoco>"""
+
+
+def test_a_cube_turned_on_a_cube_rests_exactly_and_as_mujocos_does(tmp_path):
+    """A cube dropped 1 cm onto a cube on the floor, turned by 0.5 rad and off centre, rests on
+    the octagon of their faces' overlap (rbjax/_contact/narrow.py's box–box polygon): rbjax
+    brings both to rest (1e-9 m/s) at heights h and 3h to 1e-9 m (the projection leaves no
+    depth) and keeps the turn; MuJoCo on the same file rests them at the same heights less its
+    soft sink (1 mm) and the same turn (1e-3 rad)."""
+    path = tmp_path / "stack.xml"
+    path.write_text(STACK)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = rbjax.load(path, contacts=True)
+    steps = 600
+    traj = rbjax.rollout(loaded.model, loaded.state, 1e-3, steps, integrator=rbjax.MoreauJean())
+    assert int(traj.result) == 0
+    q1, v1 = np.asarray(traj.qpos)[-1], np.asarray(traj.qvel)[-1]
+    np.testing.assert_allclose(v1, 0.0, atol=1e-9)
+    np.testing.assert_allclose(q1[[2, 9]], [0.1, 0.3], atol=1e-9)
+    turn = lambda q: 2 * np.arctan2(q[3], q[0])  # noqa: E731  (about z)
+    np.testing.assert_allclose(turn(q1[10:14]), 0.5, atol=1e-6)
+    mjm = mujoco.MjModel.from_xml_path(str(path))
+    d = mujoco.MjData(mjm)
+    for _ in range(steps):
+        mujoco.mj_step(mjm, d)
+    np.testing.assert_allclose(d.qpos[[2, 9]], [0.1, 0.3], atol=1e-3)
+    assert np.max(np.abs(d.qvel)) < 1e-2
+    np.testing.assert_allclose(turn(d.qpos[10:14]), 0.5, atol=1e-3)
 
 
 PENDULUM = """<mujoco>
