@@ -209,3 +209,31 @@ def test_newtons_cradle_passes_the_momentum_down_the_row():
     assert int(traj.result) == 0
     vx = np.asarray(traj.qvel)[-1, 0::6]
     np.testing.assert_allclose(vx, [0, 0, 0, 0, 1.0], atol=1e-9)
+
+
+def test_moreau_jean_refuses_bad_options_and_names_the_contact_solver_when_it_fails():
+    """Options are checked at construction (field, value, fix); a step whose contact solve
+    stops above ``accept`` raises naming the contact solver and the options to raise."""
+    for bad, field in (
+        (dict(tol=0.0), "tol"),
+        (dict(tol=1e-6, accept=1e-8), "accept"),
+        (dict(max_iter=0), "max_iter"),
+    ):
+        with pytest.raises(ValueError, match=f"MoreauJean.{field} = .*Fix"):
+            rbjax.MoreauJean(**bad)
+    h = 0.1
+    inertia = (2 * h * h / 3,) * 3
+    # a cube on a cube on the floor: one sweep cannot share their weight among the corners
+    model = _free_bodies(
+        [rbjax.Box("b0", (h, h, h)), rbjax.Box("b1", (h, h, h))], [1.0, 1.0], [inertia] * 2
+    )
+    unit = [1.0, 0.0, 0.0, 0.0]
+    q = _qpos(((0.0, 0.0, h), unit), ((0.03, 0.0, 3 * h), unit))
+    with pytest.raises(Exception, match=r"contact solver \(MoreauJean\).*max_iter"):
+        rbjax.rollout(
+            model,
+            rbjax.JointState(0.0, q, np.zeros(12)),
+            1e-3,
+            2,
+            integrator=rbjax.MoreauJean(max_iter=1, accept=1e-10),
+        )

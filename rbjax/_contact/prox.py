@@ -32,7 +32,10 @@ the solve goes on with semi-smooth Newton steps on the natural map F (Alart & Cu
 Studer 2009, §5.4): the least-squares solution of ∂F/∂P · s = F (the generalized Jacobian
 by forward mode; least squares because redundant contacts make it singular), the best step
 length of 1, 1/2, …, 1/2¹¹ by the residual, then ``_RESWEEP`` sweeps to settle which contacts
-stick, slide or open; a step that does not lower the residual is not kept. Where the active set
+stick, slide or open; a step that does not lower the residual is not kept, and one that
+removes less than a tenth of it ends the solve (stalled: a contact on the boundary of stick and
+slip in a stack, where more steps only spend time; measured: two resting cubes took 10 ms a
+step running every solve to ``max_iter``). Where the active set
 is right the Newton step is exact (a resting thin box: from 1e-4 to 3e-16 in one step). The
 iteration stops when the natural-map residual
 
@@ -63,6 +66,7 @@ from .._engine.newton import implicit_root
 _TINY = 1e-300
 _SWEEPS_FIRST = 50  # Gauss–Seidel sweeps before the Newton steps begin
 _RESWEEP = 10  # Gauss–Seidel sweeps after each Newton step
+_STALL = 0.9  # a Newton step that keeps more than this share of the residual ends the solve
 _BACKTRACK = 0.5 ** np.arange(12.0)
 
 
@@ -152,7 +156,12 @@ def _sweep(d: _Data, P, r):
         new = jnp.where(d.closed[i], jnp.concatenate([pn[None], pt]), 0.0)
         return P.at[i].set(new)
 
-    return jax.lax.fori_loop(0, m, one, P)
+    # over the closed contacts only, in their order (an open one keeps P = 0, set by _solve):
+    # most candidates of a scene are open, and each visit is a sequential step (measured: two
+    # resting cubes, 13 of 42 candidates closed)
+    order = jnp.argsort(jnp.logical_not(d.closed), stable=True)
+    count = jnp.sum(d.closed)
+    return jax.lax.fori_loop(0, count, lambda j, P: one(order[j], P), P)
 
 
 def _newton_step(d: _Data, P, r, residual):
@@ -168,17 +177,14 @@ def _newton_step(d: _Data, P, r, residual):
     return jax.lax.fori_loop(0, _RESWEEP, lambda _, x: _sweep(d, x, r), best)
 
 
-def _solve(d: _Data, P0, tol, max_iter, accept=None):
+def _solve(d: _Data, P0, tol, max_iter, accept=None, floor=0.0):
     r = _steps(d)
     # the size of the percussions that the data ask for, from the closed contacts only (an
     # open candidate far away must not loosen the tolerance)
     closed = d.closed[:, None]
     diag = jnp.diagonal(d.G).reshape(-1, 3)
-    scale = (
-        jnp.max(jnp.where(closed, jnp.abs(d.gamma_free), 0.0))
-        / (jnp.max(jnp.where(closed, diag, 0.0)) + _TINY)
-        + _TINY
-    )
+    data = jnp.maximum(jnp.max(jnp.where(closed, jnp.abs(d.gamma_free), 0.0)), floor)
+    scale = data / (jnp.max(jnp.where(closed, diag, 0.0)) + _TINY) + _TINY
 
     def residual(P):
         return jnp.max(jnp.abs(natural_map(P, d)))
@@ -192,18 +198,27 @@ def _solve(d: _Data, P0, tol, max_iter, accept=None):
         return P, residual(P), k + 1
 
     first = min(max_iter, _SWEEPS_FIRST)
+    P0 = jnp.where(d.closed[:, None], P0, 0.0)  # an open contact has none (the sweeps skip it)
     carry = jax.lax.while_loop(
         lambda c: unmet(c[0], c[1]) & (c[2] < first), sweeps, (P0, residual(P0), jnp.asarray(0))
     )
 
     def polish(carry):
-        P, res, k = carry
+        P, res, k, _ = carry
         trial = _newton_step(d, P, r, residual)
         res_trial = residual(trial)
         better = res_trial < res
-        return jnp.where(better, trial, P), jnp.minimum(res, res_trial), k + 1 + _RESWEEP
+        # stalled: a Newton step and its sweeps took off less than a tenth of the residual
+        # (a contact on the stick-slip boundary): more of them would only spend time
+        stalled = res_trial > _STALL * res
+        new = jnp.where(better, trial, P)
+        return new, jnp.minimum(res, res_trial), k + 1 + _RESWEEP, stalled
 
-    P, res, k = jax.lax.while_loop(lambda c: unmet(c[0], c[1]) & (c[2] < max_iter), polish, carry)
+    P, res, k, _ = jax.lax.while_loop(
+        lambda c: unmet(c[0], c[1]) & (c[2] < max_iter) & ~c[3],
+        polish,
+        (*carry, jnp.asarray(False)),
+    )
     bound = tol if accept is None else max(tol, accept)
     return P, (res, k, res <= bound * (jnp.max(jnp.abs(P)) + scale))
 
@@ -220,6 +235,7 @@ def percussions(
     tol: float = 1e-10,
     max_iter: int = 200,
     accept: float | None = None,
+    floor: float = 0.0,
     initial=None,
 ) -> Percussions:
     """The percussions of one Moreau–Jean step of ONE system (module docstring).
@@ -231,7 +247,9 @@ def percussions(
     part (the others get P = 0); ``initial`` (m, 3) a warm start (default 0). ``tol`` the
     natural-map tolerance, relative to the percussions' size; ``max_iter`` the sweeps at most;
     ``accept`` (≥ tol; default tol) the residual, relative as tol, below which a solve that
-    stopped at ``max_iter`` still counts as converged (``ok``).
+    stopped at ``max_iter`` still counts as converged (``ok``); ``floor`` the least size of
+    γ_free the tolerance is relative to (a problem whose data are rounding noise, the
+    projection of a resting body with gaps of ±1 ulp, is solved to tol·floor, not to ulps).
     Differentiable by the implicit function theorem (module docstring)."""
     gamma_free = jnp.asarray(gamma_free)
     m = gamma_free.shape[0]
@@ -250,7 +268,7 @@ def percussions(
     P, (res, k, ok) = implicit_root(
         (d, jax.lax.stop_gradient(P0)),
         residual=_residual,
-        solve=lambda args: _solve(args[0], args[1], tol, max_iter, accept),
+        solve=lambda args: _solve(args[0], args[1], tol, max_iter, accept, floor),
         tangent_solve=_tangent_solve,
     )
     _, gamma = _xi(d, P)
