@@ -11,6 +11,8 @@ Scenes (a free body on the ground plane z = 0, h = 1 ms, float64):
 * ``ball_roll``: a solid sphere (radius 0.1 m, 1 kg) launched sliding at v₀ = 3 m/s without
   spin, μ = 0.3: it starts rolling at t = 2v₀/(7μg) with 5v₀/7 (Routh); both engines against
   that closed form.
+* ``stack`` (its own rows): two cubes, the upper one turned and dropped onto the lower one
+  (box–box contact, rbjax/_contact/narrow.py), loaded from one MJCF by both engines.
 
 rbjax: :class:`rbjax.MoreauJean` (perfect unilateral contact, Coulomb's disc). MuJoCo C: its
 default soft contact (``solref`` 0.02 1, ``solimp`` 0.9 0.95 0.001), elliptic cones,
@@ -267,6 +269,94 @@ def speed(batches, repeats, run_s):
     return rows
 
 
+STACK = """<mujoco>
+  <compiler angle="radian"/>
+  <option timestep="0.001" cone="elliptic" integrator="Euler"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="5 5 0.1" friction="0.5 0 0" condim="3"/>
+    <body name="lower" pos="0 0 0.1">
+      <freejoint/>
+      <geom type="box" size="0.1 0.1 0.1" mass="1" friction="0.5 0 0" condim="3"/>
+    </body>
+    <body name="upper" pos="0.02 0.01 0.35" euler="0 0 0.5">
+      <freejoint/>
+      <geom type="box" size="0.1 0.1 0.1" mass="1" friction="0.5 0 0" condim="3"/>
+    </body>
+  </worldbody>
+</mujoco>"""
+
+
+def stack(batches, repeats, tmp="/tmp/rbjax_bench_stack.xml"):
+    """Two cubes (0.2 m, 1 kg, μ = 0.5): the upper one, turned 0.5 rad about z and off centre,
+    dropped 5 cm onto the lower one on the floor; 1 s. Physics at B = 1 (rest heights against
+    0.1 and 0.3 m, deepest penetration of either engine's contacts, time to rest) and speed at
+    each B (the drop heights spread by ±2 cm), rbjax's box–box pair against MuJoCo C's."""
+    with open(tmp, "w") as fh:
+        fh.write(STACK)
+    loaded = rbjax.load(tmp, contacts=True)
+    model, steps = loaded.model, 1000
+    mjm = mujoco.MjModel.from_xml_path(tmp) if HAVE_MUJOCO else None
+    q0, v0 = np.asarray(loaded.state.qpos), np.asarray(loaded.state.qvel)
+    out = {"physics": {}, "speed": []}
+    for batch in batches:
+        qpos, qvel = np.tile(q0, (batch, 1)), np.tile(v0, (batch, 1))
+        if batch > 1:
+            qpos[:, 9] += np.random.default_rng(0).uniform(-0.02, 0.02, batch)
+        engines = {"rbjax": run_rbjax(model, qpos, qvel, steps)}
+        if mjm is not None:
+            engines["MuJoCo C 1 thread"] = run_mujoco(mjm, qpos, qvel, steps, 1)
+        for name, fn in engines.items():
+            result, first, runs = timed(fn, repeats)
+            med = statistics.median(runs)
+            out["speed"].append(
+                dict(
+                    B=batch,
+                    engine=name,
+                    steps=steps,
+                    compile_s=max(first - med, 0.0),
+                    run_s=med,
+                    us_per_system_step=1e6 * med / (batch * steps),
+                )
+            )
+            print(
+                f"  stack B={batch} {name}: {out['speed'][-1]['us_per_system_step']:.3g} µs",
+                flush=True,
+            )
+            if batch != 1:
+                continue
+            if name == "rbjax":
+                q, v = np.asarray(result.qpos)[0], np.asarray(result.qvel)[0]
+                ok = int(np.asarray(result.result).reshape(-1)[0])
+                gaps = jax.vmap(
+                    lambda qq: model.contacts.gaps_and_velocity(model, qq, jnp.zeros(12))[0]
+                )(jnp.asarray(q))
+                depth = float(-np.min(np.asarray(gaps)))
+            else:
+                state = np.asarray(result)[0]  # (steps, state size): time, qpos, qvel, ...
+                q, v = state[:, 1 : 1 + mjm.nq], state[:, 1 + mjm.nq : 1 + mjm.nq + mjm.nv]
+                ok, depth = 0, _mujoco_depth(mjm, q)
+            speed_ = np.max(np.abs(v), axis=1)
+            moving = np.flatnonzero(speed_ >= 1e-2)
+            out["physics"][name] = dict(
+                result=ok,
+                rest_heights_m=[float(q[-1, 2]), float(q[-1, 9])],
+                deepest_penetration_m=depth,
+                time_to_rest_s=float((moving[-1] + 2) * H) if moving.size else 0.0,
+                max_speed_last_100_steps=float(np.max(speed_[-100:])),
+            )
+    return out
+
+
+def _mujoco_depth(mjm, qs):
+    d, deepest = mujoco.MjData(mjm), 0.0
+    for q in qs:
+        d.qpos[:] = q
+        mujoco.mj_forward(mjm, d)
+        if d.ncon:
+            deepest = max(deepest, float(-min(c.dist for c in d.contact[: d.ncon])))
+    return deepest
+
+
 def table(records) -> str:
     lines = [
         "| scene | engine | time to rest s | rest height m | tilt ° | deepest penetration m | closed form |",
@@ -296,6 +386,30 @@ def table(records) -> str:
             f"| {r['B']} | {r['engine']} | {r['steps']} | {r['compile_s']:.2f} | {r['run_s']:.4f} | "
             f"{r['us_per_system_step']:.3g} |"
         )
+    if "stack" in records:
+        lines += [
+            "",
+            "Two cubes stacked (box–box), 1 s:",
+            "",
+            "| engine | rest heights m (0.1, 0.3) | deepest penetration m | time to rest s | max speed, last 0.1 s |",
+            "|---|---|---|---|---|",
+        ]
+        for engine, r in records["stack"]["physics"].items():
+            h = r["rest_heights_m"]
+            lines.append(
+                f"| {engine} | {h[0]:.6f}, {h[1]:.6f} | {r['deepest_penetration_m']:.2e} | "
+                f"{r['time_to_rest_s']:.3f} | {r['max_speed_last_100_steps']:.1e} |"
+            )
+        lines += [
+            "",
+            "| B | engine | steps | compile s | run s | µs per system-step |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in records["stack"]["speed"]:
+            lines.append(
+                f"| {r['B']} | {r['engine']} | {r['steps']} | {r['compile_s']:.2f} | "
+                f"{r['run_s']:.4f} | {r['us_per_system_step']:.3g} |"
+            )
     return "\n".join(lines)
 
 
@@ -334,6 +448,8 @@ def main(argv=None):
         print(name, flush=True)
         records["physics"][name] = physics(name, args.repeats)
     records["speed"] = speed(args.batches, args.repeats, args.run_s)
+    print("stack", flush=True)
+    records["stack"] = stack([b for b in args.batches if b <= 64], args.repeats)
     print(table(records))
     if args.json:
         with open(args.json, "w") as fh:
