@@ -36,6 +36,7 @@ import json
 import platform
 import statistics
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -269,21 +270,12 @@ def speed(batches, repeats, run_s):
     return rows
 
 
-STACK = """<mujoco>
-  <compiler angle="radian"/>
-  <option timestep="0.001" cone="elliptic" integrator="Euler"/>
-  <worldbody>
-    <geom name="floor" type="plane" size="5 5 0.1" friction="0.5 0 0" condim="3"/>
-    <body name="lower" pos="0 0 0.1">
-      <freejoint/>
-      <geom type="box" size="0.1 0.1 0.1" mass="1" friction="0.5 0 0" condim="3"/>
-    </body>
-    <body name="upper" pos="0.02 0.01 0.35" euler="0 0 0.5">
-      <freejoint/>
-      <geom type="box" size="0.1 0.1 0.1" mass="1" friction="0.5 0 0" condim="3"/>
-    </body>
-  </worldbody>
-</mujoco>"""
+# the cube stack of tests/test_contact_mjcf.py, the upper cube raised to drop 5 cm
+STACK = (
+    (Path(__file__).parent.parent / "tests" / "data" / "cube_stack.xml")
+    .read_text()
+    .replace('pos="0.02 0.01 0.31"', 'pos="0.02 0.01 0.35"')
+)
 
 
 def stack(batches, repeats, tmp="/tmp/rbjax_bench_stack.xml"):

@@ -7,6 +7,7 @@ says so."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import mujoco
 import numpy as np
@@ -89,31 +90,16 @@ def test_what_contacts_leave_out_is_named(tmp_path):
         rbjax.load(path, contacts=True, formulation=rbjax.ScalableDAE())
 
 
-STACK = """<mujoco>
-  <compiler angle="radian"/>
-  <option timestep="0.001" cone="elliptic" integrator="Euler"/>
-  <worldbody>
-    <geom name="floor" type="plane" size="5 5 0.1" friction="0.5 0 0" condim="3"/>
-    <body name="lower" pos="0 0 0.1">
-      <freejoint/>
-      <geom type="box" size="0.1 0.1 0.1" mass="1" friction="0.5 0 0" condim="3"/>
-    </body>
-    <body name="upper" pos="0.02 0.01 0.31" euler="0 0 0.5">
-      <freejoint/>
-      <geom type="box" size="0.1 0.1 0.1" mass="1" friction="0.5 0 0" condim="3"/>
-    </body>
-  </worldbody>
-</mujoco>"""
+STACK = Path(__file__).parent / "data" / "cube_stack.xml"
 
 
-def test_a_cube_turned_on_a_cube_rests_exactly_and_as_mujocos_does(tmp_path):
+def test_a_cube_turned_on_a_cube_rests_exactly_and_as_mujocos_does():
     """A cube dropped 1 cm onto a cube on the floor, turned by 0.5 rad and off centre, rests on
     the octagon of their faces' overlap (rbjax/_contact/narrow.py's box–box polygon): rbjax
     brings both to rest (1e-9 m/s) at heights h and 3h to 1e-9 m (the projection leaves no
     depth) and keeps the turn; MuJoCo on the same file rests them at the same heights less its
     soft sink (1 mm) and the same turn (1e-3 rad)."""
-    path = tmp_path / "stack.xml"
-    path.write_text(STACK)
+    path = STACK
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         loaded = rbjax.load(path, contacts=True)
