@@ -65,6 +65,18 @@ class AbstractIntegrator(eqx.Module):
         t1, q1, u1 = to_components(State(t=t1, q=q1, u=u1))
         return t1, q1, u1, ok
 
+    def _engine_warm(self, model, t, q, u):
+        """What the integrator carries from one step to the next besides the state (a solver's
+        warm start), or None (default). Its values change only how fast a step is found, never
+        the step (to the solver's tolerance): a rollout restarted without it (locating a
+        failure, a continued trajectory) takes the same steps."""
+        return None
+
+    def _engine_step_warm(self, model, t, q, u, h, warm):
+        """:meth:`_engine_step` with the carried ``warm`` (:meth:`_engine_warm`): (t, q, u, ok,
+        warm). Default: the step alone, ``warm`` passed on."""
+        return (*self._engine_step(model, t, q, u, h), warm)
+
 
 def check_dt(dt):
     """dt must be a real scalar (checked always: shapes and types are known under tracing)

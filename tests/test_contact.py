@@ -82,14 +82,19 @@ def test_a_sliding_block_stops_at_the_closed_form_distance_and_sticks():
     slides to rest at v₀²/(2μg) (0.5 %) after v₀/(μg) (two steps' worth), does not tip (its
     quaternion stays the identity to 1e-9), and then sticks: its velocity is zero to the
     contact solver's tolerance. The stopping
-    distance's derivative in μ is −v₀²/(2μ²g) (1 %)."""
+    distance's derivative in μ is −v₀²/(2μ²g) (1 %). The contact solver starts each step from
+    the last step's percussions (MoreauJean's warm start): a rollout restarted mid-slide, from
+    zero percussions, takes the same steps to the solver's tolerance."""
     v0, mu = 2.0, 0.5
     model = _block(friction=mu)
-    state = _state((0.0, 0.0, HALF[2]), vel=(v0, 0.0, 0.0))
+    state = jax.tree.map(jnp.asarray, _state((0.0, 0.0, HALF[2]), vel=(v0, 0.0, 0.0)))
     run = eqx.filter_jit(
-        lambda m: rbjax.rollout(m, state, H, 600, integrator=rbjax.MoreauJean(), monitors=None)
+        lambda m, s=state: rbjax.rollout(m, s, H, 600, integrator=rbjax.MoreauJean(), monitors=None)
     )
     traj = run(model)
+    cold = run(model, traj[250])  # t = 0.25 s: sliding; it stops at 0.41 s and sticks
+    for a, b in ((traj.qpos, cold.qpos), (traj.qvel, cold.qvel)):
+        np.testing.assert_allclose(np.asarray(b)[:351], np.asarray(a)[250:], rtol=0, atol=1e-9)
     x, v = np.asarray(traj.qpos)[:, 0], np.asarray(traj.qvel)[:, 0]
     stop = v0**2 / (2 * mu * G)
     assert x[-1] == pytest.approx(stop, rel=5e-3)

@@ -92,11 +92,11 @@ def integrate(
         return jnp.all(jnp.isfinite(q), axis=(0, -1)) & jnp.all(jnp.isfinite(u), axis=(0, -1))
 
     def one_step(carry, _):
-        t, q, u, ok_all, accs, wk = carry
-        t1, q1, u1, ok = integrator._engine_step(model, t, q, u, h)
+        t, q, u, ok_all, accs, wk, warm = carry
+        t1, q1, u1, ok, warm = integrator._engine_step_warm(model, t, q, u, h, warm)
         accs = measure.update(measures, accs, model, (t, q, u), (t1, q1, u1), h)
         wk = monitor.work_step(monitors, model, wk, (t1, q1, u1), h)
-        return (t1, q1, u1, ok_all & ok, accs, wk), None
+        return (t1, q1, u1, ok_all & ok, accs, wk, warm), None
 
     def save(t, q, u):
         out = (t[..., 0], jnp.moveaxis(q, 0, -1), jnp.moveaxis(u, 0, -1))
@@ -112,39 +112,39 @@ def integrate(
     per_step = large_step(model)
 
     def checked_step(carry, k):
-        t, q, u, ok_all, first, accs, wk = carry
-        t1, q1, u1, ok = integrator._engine_step(model, t, q, u, h)
+        t, q, u, ok_all, first, accs, wk, warm = carry
+        t1, q1, u1, ok, warm = integrator._engine_step_warm(model, t, q, u, h, warm)
         good = ok & finite(q1, u1)
         first = jnp.where((first < 0) & ~good, k, first)
         accs = measure.update(measures, accs, model, (t, q, u), (t1, q1, u1), h)
         wk = monitor.work_step(monitors, model, wk, (t1, q1, u1), h)
-        return (t1, q1, u1, ok_all & ok, first, accs, wk), None
+        return (t1, q1, u1, ok_all & ok, first, accs, wk, warm), None
 
     def saved_work(wk):  # (W, A, P) at a saved state, or nothing
         return () if wk is None else monitor.work_value(wk, h)
 
     def chunk(carry, i):
-        t, q, u, code, fchunk, accs, wk = carry
+        t, q, u, code, fchunk, accs, wk, warm = carry
         ok0 = jnp.ones(code.shape, bool)
         if per_step:
             ks = i * save_every + jnp.arange(save_every, dtype=jnp.int32)
-            (_, q, u, ok, first, accs, wk), _ = grouped_scan(
-                checked_step, (t, q, u, ok0, fchunk, accs, wk), ks, save_every, inner
+            (_, q, u, ok, first, accs, wk, warm), _ = grouped_scan(
+                checked_step, (t, q, u, ok0, fchunk, accs, wk, warm), ks, save_every, inner
             )
             fin = finite(q, u)
             new = (code == _OK) & ~(fin & ok)
             code = jnp.where(new, jnp.where(fin, _SOLVER_FAILED, _NONFINITE), code)
             t = t_start + ((i + 1) * save_every).astype(h.dtype) * h
-            return (t, q, u, code, first, accs, wk), (save(t, q, u), saved_work(wk))
-        (_, q, u, ok, accs, wk), _ = grouped_scan(
-            one_step, (t, q, u, ok0, accs, wk), None, save_every, inner
+            return (t, q, u, code, first, accs, wk, warm), (save(t, q, u), saved_work(wk))
+        (_, q, u, ok, accs, wk, warm), _ = grouped_scan(
+            one_step, (t, q, u, ok0, accs, wk, warm), None, save_every, inner
         )
         t = t_start + ((i + 1) * save_every).astype(h.dtype) * h  # t0 + k h, not a running sum of h
         fin = finite(q, u)
         new = (code == _OK) & ~(fin & ok)
         code = jnp.where(new, jnp.where(fin, _SOLVER_FAILED, _NONFINITE), code)
         fchunk = jnp.where(new, i, fchunk)
-        return (t, q, u, code, fchunk, accs, wk), (save(t, q, u), saved_work(wk))
+        return (t, q, u, code, fchunk, accs, wk, warm), (save(t, q, u), saved_work(wk))
 
     t_start = t
     code0 = jnp.zeros(batch, jnp.int32)
@@ -152,9 +152,11 @@ def integrate(
     n_save = n_steps // save_every
     accs0 = measure.init(measures, model, t, q, u)
     wk0 = monitor.work_init(monitors, model, t, q, u)
+    # a solver's warm start carried from step to step (MoreauJean's percussions), or None
+    warm0 = integrator._engine_warm(model, t, q, u)
     carry, (saved, work) = grouped_scan(
         chunk,
-        (t, q, u, code0, chunk0, accs0, wk0),
+        (t, q, u, code0, chunk0, accs0, wk0, warm0),
         jnp.arange(n_save, dtype=jnp.int32),
         n_save,
         outer,
@@ -177,14 +179,15 @@ def integrate(
         q_s, u_s = pick(saved[1]), pick(saved[2])
 
         def find(carry, k):
-            t, q, u, first_bad = carry
-            t, q, u, ok = integrator._engine_step(model, t, q, u, h)
+            t, q, u, first_bad, warm = carry
+            t, q, u, ok, warm = integrator._engine_step_warm(model, t, q, u, h, warm)
             bad = ~(finite(q, u) & ok)
             first_bad = jnp.where((first_bad < 0) & bad, k, first_bad)
-            return (t, q, u, first_bad), None
+            return (t, q, u, first_bad, warm), None
 
-        init = (t_s, q_s, u_s, jnp.full(batch, -1, jnp.int32))
-        (_, _, _, k), _ = jax.lax.scan(find, init, jnp.arange(save_every, dtype=jnp.int32))
+        warm_s = integrator._engine_warm(model, t_s, q_s, u_s)  # cold: same steps, slower
+        init = (t_s, q_s, u_s, jnp.full(batch, -1, jnp.int32), warm_s)
+        (_, _, _, k, _), _ = jax.lax.scan(find, init, jnp.arange(save_every, dtype=jnp.int32))
         return jnp.where(fail_code != _OK, idx * save_every + jnp.maximum(k, 0), -1)
 
     if per_step:

@@ -469,15 +469,16 @@ class JointState(AbstractState):
         self.t = jnp.asarray(xp.asarray(t, dtype=qpos.dtype))
 
 
-def per_joint_system(fn, model, t, q, u):
-    """``fn(model, state)`` written for ONE system (a :class:`rbjax.JointState`: t (),
+def per_joint_system(fn, model, t, q, u, *extra):
+    """``fn(model, state, *extra)`` written for ONE system (a :class:`rbjax.JointState`: t (),
     qpos (nq,), qvel (nv,)) on the engine's arrays t (*batch, 1), q (nq, *batch, 1),
-    u (nv, *batch, 1), ``jax.vmap``-ed over every batch axis; outputs batch-first."""
+    u (nv, *batch, 1) and batch-first ``extra`` pytrees (*batch, ...), ``jax.vmap``-ed over
+    every batch axis; outputs batch-first."""
     t, qpos, qvel = t[..., 0], jnp.moveaxis(q[..., 0], 0, -1), jnp.moveaxis(u[..., 0], 0, -1)
 
-    def one(tt, qq, vv):
-        return fn(model, JointState(tt, qq, vv))
+    def one(tt, qq, vv, *ee):
+        return fn(model, JointState(tt, qq, vv), *ee)
 
     for _ in t.shape:
         one = jax.vmap(one)
-    return one(t, qpos, qvel)
+    return one(t, qpos, qvel, *extra)
