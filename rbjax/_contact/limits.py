@@ -34,14 +34,28 @@ class LimitRows(eqx.Module):
         return jnp.zeros_like(self.restitution)
 
     @property
-    def fixed_rows(self) -> np.ndarray:
-        """Every limit row is the same constraint in every configuration."""
-        return np.ones(self.count, bool)
-
-    @property
     def count(self) -> int:
         """The unilateral constraints: two per limited coordinate."""
         return 2 * len(self.dof)
+
+    def gaps(self, model, qpos):
+        """The gaps (2k,) of ONE system: q − lo, then hi − q."""
+        q = qpos[np.asarray(self.qpos_index)]
+        return jnp.concatenate([q - self.lower, self.upper - q])
+
+    def fixed_gaps(self, model, qpos):
+        """The gaps of the rows whose identity does not depend on the configuration, which
+        come first: every limit row."""
+        return self.gaps(model, qpos)
+
+    def gaps_and_jacobian(self, model, qpos):
+        """(g (2k,), W (2k, 3, nv)): W's normal rows ±e_d (constant), its tangent rows zero."""
+        k, nv = len(self.dof), model.nv
+        W = np.zeros((2 * k, 3, nv))
+        W[np.arange(k), 0, np.asarray(self.dof, int)] = 1.0
+        W[k + np.arange(k), 0, np.asarray(self.dof, int)] = -1.0
+        gap = self.gaps(model, qpos)
+        return gap, jnp.asarray(W, gap.dtype)
 
     def gaps_and_velocity(self, model, qpos, qvel):
         """(g (2k,), γ (2k, 3)) of ONE system (``model`` unused: the rows are the

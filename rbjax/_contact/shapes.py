@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import _quaternion as quat
 from .._errors import fail
+from .._tree.bodies import natural_body_kinematics
 from . import narrow
 
 
@@ -219,40 +220,68 @@ class ContactPoints(eqx.Module):
     def count(self) -> int:
         return len(self.body) + sum(group.count for group in self.pairs)
 
-    @property
-    def fixed_rows(self) -> np.ndarray:
-        """(k,) bool: the candidates whose identity does not depend on the configuration (a
-        point against the plane), not those of a pair (chosen anew by the narrow phase)."""
-        return np.arange(self.count) < len(self.body)
-
-    def gaps_and_velocity(self, model, qpos, qvel):
-        """(g (k,), γ (k, 3)) of ONE system: the gaps and the contact velocities in each
-        candidate's frame (n, t₁, t₂) (module docstring; for a pair, γ is B's velocity
-        relative to A's at the contact point); γ is linear in qvel."""
-        xpos, xquat = model.body_poses(qpos)
-        com = model.body_com(qpos)
-        v, w = model.body_velocities(qpos, qvel)
-        R = quat.rotation_matrix(xquat)
-        gaps, gammas = [], []
+    def _candidates(self, model, qpos, pairs: bool = True):
+        """Every candidate's gap g (k,), frame rows (n, t₁, t₂) (k, 3, 3), point p (k, 3) and
+        bodies A, B (k,) static (the world: nb, appended last; a plane candidate's A), and
+        velocity(qvel) -> (v, ω) (nb + 1, 3) of every body's centre of mass ``com`` (nb + 1,
+        3): all from ONE forward-kinematics pass of ONE system."""
+        xpos, R, com, body_velocity = natural_body_kinematics(model, qpos)
+        nb = xpos.shape[0]
+        # the world as a last body: at rest, at the origin, unrotated
+        add = lambda x, row: jnp.concatenate([x, row[None].astype(x.dtype)])  # noqa: E731
+        xpos_w, com_w, R_w = add(xpos, jnp.zeros(3)), add(com, jnp.zeros(3)), add(R, jnp.eye(3))
+        gaps, frames, points, body_a, body_b = [], [], [], [], []
         if self.body:
             idx = np.asarray(self.body)
             centre = xpos[idx] + jnp.einsum("kab,kb->ka", R[idx], self.local)
             n = self.frame[0]
             gaps.append((centre - self.origin) @ n - self.radius)
-            point = centre - self.radius[:, None] * n
-            vp = v[idx] + jnp.cross(w[idx], point - com[idx])
-            gammas.append(vp @ self.frame.T)
-        if self.pairs:
-            # the world as a last body: at rest, at the origin, unrotated
-            add = lambda x, row: jnp.concatenate([x, row[None].astype(x.dtype)])  # noqa: E731
-            xpos_w, com_w = add(xpos, jnp.zeros(3)), add(com, jnp.zeros(3))
-            R_w, v_w, w_w = add(R, jnp.eye(3)), add(v, jnp.zeros(3)), add(w, jnp.zeros(3))
-            for group in self.pairs:
-                g, n, p, a, b = group.geometry(xpos_w, R_w)
-                at = lambda i: v_w[i] + jnp.cross(w_w[i], p - com_w[i])  # noqa: E731,B023
-                gaps.append(g)
-                gammas.append(jnp.einsum("kij,kj->ki", _tangents(n), at(b) - at(a)))
-        return jnp.concatenate(gaps), jnp.concatenate(gammas)
+            frames.append(jnp.broadcast_to(self.frame, (len(idx), 3, 3)))
+            points.append(centre - self.radius[:, None] * n)
+            body_a.append(np.full(len(idx), nb))
+            body_b.append(idx)
+        for group in self.pairs if pairs else ():
+            g, n, p, a, b = group.geometry(xpos_w, R_w)
+            gaps.append(g)
+            frames.append(_tangents(n))
+            points.append(p)
+            body_a.append(np.where(a < 0, nb, a))
+            body_b.append(np.where(b < 0, nb, b))
+
+        def velocity(qvel):  # γ (k, 3): B's velocity relative to A's at p, in the frame
+            v, w = (add(x, jnp.zeros(3)) for x in body_velocity(qvel))
+            p, a, b = jnp.concatenate(points), np.concatenate(body_a), np.concatenate(body_b)
+            at = lambda i: v[i] + jnp.cross(w[i], p - com_w[i])  # noqa: E731
+            return jnp.einsum("kij,kj->ki", jnp.concatenate(frames), at(b) - at(a))
+
+        return jnp.concatenate(gaps), velocity
+
+    def gaps(self, model, qpos):
+        """The gaps g (k,) of ONE system (module docstring)."""
+        return self._candidates(model, qpos)[0]
+
+    def fixed_gaps(self, model, qpos):
+        """The gaps of the candidates whose identity does not depend on the configuration,
+        which come first: the points against the plane (a pair's candidates are chosen anew
+        by the narrow phase)."""
+        return (
+            self._candidates(model, qpos, pairs=False)[0]
+            if self.body
+            else jnp.zeros(0, jnp.result_type(qpos))
+        )
+
+    def gaps_and_velocity(self, model, qpos, qvel):
+        """(g (k,), γ (k, 3)) of ONE system: the gaps and the contact velocities in each
+        candidate's frame (n, t₁, t₂) (module docstring; for a pair, γ is B's velocity
+        relative to A's at the contact point); γ is linear in qvel."""
+        gap, velocity = self._candidates(model, qpos)
+        return gap, velocity(qvel)
+
+    def gaps_and_jacobian(self, model, qpos):
+        """(g (k,), W (k, 3, nv)) of ONE system: the gaps and γ = W q̇ (the contact
+        velocities' Jacobian, by forward mode on the map linear in q̇, one kinematics pass)."""
+        gap, velocity = self._candidates(model, qpos)
+        return gap, jax.jacfwd(velocity)(jnp.zeros(model.nv, gap.dtype))
 
 
 WORLD = "world"

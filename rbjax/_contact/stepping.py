@@ -163,17 +163,12 @@ def contact_step(
         q1 = integrate_positions(topo, qm, v_free, 0.5 * h)
         return q1, v_free, jnp.asarray(True), jnp.zeros((0, 3), v_free.dtype)
 
-    def both(q, v):  # (gaps (k,), contact velocities (k, 3)) of every unilateral constraint
-        parts = [s.gaps_and_velocity(model, q, v) for s in sets]
-        return jnp.concatenate([g for g, _ in parts]), jnp.concatenate([c for _, c in parts])
-
-    def velocity(v):
-        return both(qm, v)[1]
-
-    gap = both(qm, qvel)[0]
-    k = sum(s.count for s in sets)
+    # the gaps and γ = W v of every unilateral constraint at the midpoint, (k,) and (3k, nv)
+    parts = [s.gaps_and_jacobian(model, qm) for s in sets]
+    gap = jnp.concatenate([g for g, _ in parts])
+    k = gap.shape[0]
+    W = jnp.concatenate([w for _, w in parts]).reshape(3 * k, -1)
     per = lambda name: jnp.concatenate([getattr(s, name) for s in sets])  # noqa: E731
-    W = jax.jacfwd(velocity)(qvel).reshape(3 * k, -1)  # (3k, nv): γ = W v
     MinvWt = jax.scipy.linalg.cho_solve(factor, W.T)  # (nv, 3k)
     G = W @ MinvWt
     gamma_free = (W @ v_free).reshape(k, 3)
@@ -205,9 +200,13 @@ def contact_step(
     # shape's point against the plane, a limit), to first order for a pair of shapes, whose
     # candidates are chosen anew from the configuration (a box pair's reference face): the
     # gap at q_M plus its rate (h/2) γ_N(v') keeps each row the contact the midpoint's W has
-    fixed = np.concatenate([np.asarray(s.fixed_rows) for s in sets])
     linear = gap + 0.5 * h * (W @ v1).reshape(k, 3)[:, 0]
-    gap1 = jnp.where(fixed, both(q1, v1)[0], linear) if not fixed.all() else both(q1, v1)[0]
+    pieces, start = [], 0
+    for s in sets:  # each set's fixed rows come first (rbjax/_contact/shapes.py, limits.py)
+        exact = s.fixed_gaps(model, q1)
+        pieces += [exact, linear[start + exact.shape[0] : start + s.count]]
+        start += s.count
+    gap1 = jnp.concatenate(pieces)
     zeros = jnp.zeros((k, 2), gap1.dtype)
     push = percussions(
         G,

@@ -65,6 +65,23 @@ def body_velocities(
     return velocities_from(model, f, com_from(model, f), u)
 
 
+def natural_body_kinematics(model, qpos: Float[Array, " nq"]):
+    """(xpos (nb, 3), R (nb, 3, 3), com (nb, 3), velocity) of ONE system from one
+    forward-kinematics pass, with velocity(qvel (nv,)) -> (v, ω) (nb, 3), linear in qvel:
+    what :func:`natural_body_poses`, :func:`natural_body_com` and
+    :func:`natural_body_velocities` give, with the attitude as a rotation matrix (a contact's
+    geometry needs the matrix; three passes and a matrix-quaternion-matrix round trip were
+    a third of a contact step's program, measured)."""
+    f = frames(model.topology, model, _first(qpos))
+    com = com_from(model, f)
+
+    def velocity(qvel):
+        v, w = velocities_from(model, f, com, _first(qvel))
+        return _natural(v), _natural(w)
+
+    return _natural(f.p), jnp.moveaxis(f.R, (0, 1), (-2, -1)), _natural(com), velocity
+
+
 def _first(x):
     return jnp.moveaxis(jnp.asarray(x), -1, 0)
 
