@@ -211,7 +211,7 @@ def _newton_step(d: _Data, P, r, residual):
     F = natural_map(P, d)
     order = _closed_order(d)[:K]
     valid = jnp.arange(K) < jnp.sum(d.closed)
-    J = _natural_jacobian(d, P, r)[order][:, :, order]  # (K, 3, K, 3)
+    J = _natural_jacobian(d, P, r, order)  # (K, 3, K, 3)
     eye = jnp.eye(3 * K, dtype=P.dtype).reshape(K, 3, K, 3)
     J = jnp.where(valid[:, None, None, None] & valid[None, None, :, None], J, eye)
     Fc = jnp.where(valid[:, None], F[order], 0.0)
@@ -222,18 +222,18 @@ def _newton_step(d: _Data, P, r, residual):
     return jax.lax.fori_loop(0, _RESWEEP, lambda _, x: _sweep(d, x, r), best)
 
 
-def _natural_jacobian(d: _Data, P, r):
-    """∂F/∂P (m, 3, m, 3) of the natural map F(P) = P − prox(z(P)), z = P − r ξ(P), in closed
-    form: I − D (I − r G) with D the block-diagonal derivative of the prox at z (3 × 3 per
-    contact, by forward mode: the generalized Jacobian JAX's max and norm pick). Not the
-    Jacobian of the whole map by forward mode: that multiplies G by a 3m × 3m identity, a
-    product XLA hoists out of the loop and ran every step (measured: 1/5 of a resting box's
-    step at B = 64)."""
-    m = P.shape[0]
-    D = jax.vmap(jax.jacfwd(_prox_one))(_z(d, P, r), d.mu, d.closed)  # (m, 3, 3)
-    rows = jnp.concatenate([r[:, :1], r[:, 1:2], r[:, 1:2]], axis=-1)  # (m, 3)
-    rG = rows[:, :, None, None] * d.G.reshape(m, 3, m, 3)  # r G
-    eye = jnp.eye(3 * m, dtype=P.dtype).reshape(m, 3, m, 3)
+def _natural_jacobian(d: _Data, P, r, idx):
+    """∂F_i/∂P_j (K, 3, K, 3) of the natural map F(P) = P − prox(z(P)), z = P − r ξ(P), for
+    the contacts i, j in ``idx`` (K,), in closed form: I − D (I − r G) with D the
+    block-diagonal derivative of the prox at z (3 × 3 per contact, by forward mode: the
+    generalized Jacobian JAX's max and norm pick). Not the Jacobian of the whole map by forward
+    mode: that multiplies G by a 3m × 3m identity, a product XLA hoists out of the loop and
+    ran every step (measured: 1/5 of a resting box's step at B = 64)."""
+    m, K = P.shape[0], idx.shape[0]
+    D = jax.vmap(jax.jacfwd(_prox_one))(_z(d, P, r)[idx], d.mu[idx], d.closed[idx])
+    rows = jnp.concatenate([r[:, :1], r[:, 1:2], r[:, 1:2]], axis=-1)[idx]  # (K, 3)
+    rG = rows[:, :, None, None] * d.G.reshape(m, 3, m, 3)[idx][:, :, idx]  # r G
+    eye = jnp.eye(3 * K, dtype=P.dtype).reshape(K, 3, K, 3)
     return eye - jnp.einsum("iab,ibjc->iajc", D, eye - rG)
 
 
