@@ -30,6 +30,21 @@ _WORK = ("work", "absolute_work", "power")
 DEFAULT_CHUNK = 64
 
 
+def _warm(integrator, model, t, q, u):
+    """The integrator's warm start (``AbstractIntegrator._engine_warm``), or None for an
+    integrator without one (a wrapper such as rbjax/_gradient_guard.py's)."""
+    init = getattr(integrator, "_engine_warm", None)
+    return None if init is None else init(model, t, q, u)
+
+
+def _step_warm(integrator, model, t, q, u, h, warm):
+    """(t, q, u, ok, warm) of one step, with the integrator's warm start where it has one."""
+    step = getattr(integrator, "_engine_step_warm", None)
+    if step is None:
+        return (*integrator._engine_step(model, t, q, u, h), warm)
+    return step(model, t, q, u, h, warm)
+
+
 def grouped_scan(body, carry, xs, length: int, group: int):
     """``lax.scan(body, carry, xs, length=length)``, as a scan over ``length // group``
     checkpointed groups of ``group`` iterations when ``group`` > 0 (same results; reverse mode
@@ -93,7 +108,7 @@ def integrate(
 
     def one_step(carry, _):
         t, q, u, ok_all, accs, wk, warm = carry
-        t1, q1, u1, ok, warm = integrator._engine_step_warm(model, t, q, u, h, warm)
+        t1, q1, u1, ok, warm = _step_warm(integrator, model, t, q, u, h, warm)
         accs = measure.update(measures, accs, model, (t, q, u), (t1, q1, u1), h)
         wk = monitor.work_step(monitors, model, wk, (t1, q1, u1), h)
         return (t1, q1, u1, ok_all & ok, accs, wk, warm), None
@@ -113,7 +128,7 @@ def integrate(
 
     def checked_step(carry, k):
         t, q, u, ok_all, first, accs, wk, warm = carry
-        t1, q1, u1, ok, warm = integrator._engine_step_warm(model, t, q, u, h, warm)
+        t1, q1, u1, ok, warm = _step_warm(integrator, model, t, q, u, h, warm)
         good = ok & finite(q1, u1)
         first = jnp.where((first < 0) & ~good, k, first)
         accs = measure.update(measures, accs, model, (t, q, u), (t1, q1, u1), h)
@@ -153,7 +168,7 @@ def integrate(
     accs0 = measure.init(measures, model, t, q, u)
     wk0 = monitor.work_init(monitors, model, t, q, u)
     # a solver's warm start carried from step to step (MoreauJean's percussions), or None
-    warm0 = integrator._engine_warm(model, t, q, u)
+    warm0 = _warm(integrator, model, t, q, u)
     carry, (saved, work) = grouped_scan(
         chunk,
         (t, q, u, code0, chunk0, accs0, wk0, warm0),
@@ -180,12 +195,12 @@ def integrate(
 
         def find(carry, k):
             t, q, u, first_bad, warm = carry
-            t, q, u, ok, warm = integrator._engine_step_warm(model, t, q, u, h, warm)
+            t, q, u, ok, warm = _step_warm(integrator, model, t, q, u, h, warm)
             bad = ~(finite(q, u) & ok)
             first_bad = jnp.where((first_bad < 0) & bad, k, first_bad)
             return (t, q, u, first_bad, warm), None
 
-        warm_s = integrator._engine_warm(model, t_s, q_s, u_s)  # cold: same steps, slower
+        warm_s = _warm(integrator, model, t_s, q_s, u_s)  # cold: same steps, slower
         init = (t_s, q_s, u_s, jnp.full(batch, -1, jnp.int32), warm_s)
         (_, _, _, k, _), _ = jax.lax.scan(find, init, jnp.arange(save_every, dtype=jnp.int32))
         return jnp.where(fail_code != _OK, idx * save_every + jnp.maximum(k, 0), -1)
