@@ -61,12 +61,8 @@ class LimitRows(eqx.Module):
         """(g (2k,), γ (2k, 3)) of ONE system (``model`` unused: the rows are the
         coordinates'): the lower sides, then the upper ones; γ's normal column is ±q̇_d, its
         tangent columns zero."""
-        q = qpos[np.asarray(self.qpos_index)]
-        v = qvel[np.asarray(self.dof)]
-        gap = jnp.concatenate([q - self.lower, self.upper - q])
-        normal = jnp.concatenate([v, -v])
-        zeros = jnp.zeros_like(normal)
-        return gap, jnp.stack([normal, zeros, zeros], axis=-1)
+        gap, W = self.gaps_and_jacobian(model, qpos)
+        return gap, W @ qvel
 
 
 def limit_rows(topo, limits: dict | None, restitution: float = 0.0) -> LimitRows | None:
