@@ -13,6 +13,9 @@ Scenes (a free body on the ground plane z = 0, h = 1 ms, float64):
   that closed form.
 * ``stack`` (its own rows): two cubes, the upper one turned and dropped onto the lower one
   (box–box contact, rbjax/_contact/narrow.py), loaded from one MJCF by both engines.
+* ``quadruped`` (its own rows): Barkour v0 from MuJoCo's wheel standing under its position
+  actuators for 5 s (4 feet, 12 joint limits, h = 2 ms; ``quadruped``'s docstring), against
+  MuJoCo with the file's options and with hard friction.
 
 rbjax: :class:`rbjax.MoreauJean` (perfect unilateral contact, Coulomb's disc). MuJoCo C: its
 default soft contact (``solref`` 0.02 1, ``solimp`` 0.9 0.95 0.001), elliptic cones,
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
 import statistics
 import time
 from pathlib import Path
@@ -131,17 +135,18 @@ def initial_states(scene, batch: int, seed: int = 0):
     return qpos, np.tile(scene["qvel"], (batch, 1))
 
 
-def run_rbjax(model, qpos, qvel, steps):
+def run_rbjax(model, qpos, qvel, steps, h=H):
     state = rbjax.JointState(jnp.zeros(qpos.shape[0]), jnp.asarray(qpos), jnp.asarray(qvel))
     run = jax.jit(
         lambda s: rbjax.rollout(
-            model, s, H, steps, integrator=rbjax.MoreauJean(), monitors=None, throw=False
+            model, s, h, steps, integrator=rbjax.MoreauJean(), monitors=None, throw=False
         )
     )
     return lambda: jax.block_until_ready(run(state))
 
 
-def run_mujoco(mjm, qpos, qvel, steps, threads):
+def run_mujoco(mjm, qpos, qvel, steps, threads, ctrl=None):
+    """``mujoco.rollout`` of B states (qpos, qvel); ``ctrl`` (nu,) held constant."""
     datas = [mujoco.MjData(mjm) for _ in range(threads)]
     spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
     size = mujoco.mj_stateSize(mjm, spec)
@@ -150,7 +155,8 @@ def run_mujoco(mjm, qpos, qvel, steps, threads):
         d = datas[0]
         d.qpos[:], d.qvel[:] = qpos[b], qvel[b]
         mujoco.mj_getState(mjm, d, state0[b], spec)
-    return lambda: mj_rollout.rollout(mjm, datas, state0, nstep=steps)[0]
+    control = None if ctrl is None else np.tile(ctrl, (qpos.shape[0], steps, 1))
+    return lambda: mj_rollout.rollout(mjm, datas, state0, control, nstep=steps)[0]
 
 
 def timed(fn, repeats):
@@ -339,6 +345,114 @@ def stack(batches, repeats, tmp="/tmp/rbjax_bench_stack.xml"):
     return out
 
 
+BARKOUR = (
+    Path(mujoco.__file__).parent / "mjx" / "test_data" / "barkour_v0" / "assets"
+    if HAVE_MUJOCO
+    else None
+)
+
+
+def barkour_scene(options=None, tmp="/tmp/rbjax_bench_barkour.xml"):
+    """Barkour v0 from MuJoCo's wheel (MJX's test model) with a plane for its height field, as
+    tests/test_contact_quadruped.py builds it; ``options`` replaces its solver options."""
+    xml = (BARKOUR / "barkour_v0_mjx.xml").read_text()
+    xml = xml.replace('meshdir="."', f'meshdir="{BARKOUR}"')
+    xml = re.sub(r'<hfield name="rand_uniform"[^>]*/>', "", xml)
+    xml = re.sub(
+        r'<geom name="hfield_floor"[^>]*/>',
+        '<geom name="floor" type="plane" size="0 0 0.05" conaffinity="1"/>',
+        xml,
+    )
+    if options is not None:
+        xml = xml.replace('iterations="1" ls_iterations="4"', options)
+    with open(tmp, "w") as fh:
+        fh.write(xml)
+    return tmp
+
+
+HARD = 'iterations="100" ls_iterations="50" cone="elliptic" impratio="100"'
+
+
+def quadruped(batches, repeats, seconds=5.0):
+    """Barkour v0 standing under its position actuators at the "standing" keyframe's controls
+    (tests/test_contact_quadruped.py): 4 foot spheres on the plane, 12 limited joints, h =
+    2 ms. Physics at B = 1: base height and feet at the end, the feet's creep from 1 s to the
+    end, the deepest penetration, for rbjax, MuJoCo with the file's options (pyramidal cone,
+    impratio 1, one iteration) and MuJoCo with hard friction (elliptic, impratio 100, 100
+    iterations). Speed at each B (base heights spread over 0 to +2 cm, seeded): rbjax
+    against MuJoCo C with the file's options, one thread."""
+    path = barkour_scene()
+    mjm = mujoco.MjModel.from_xml_path(path)
+    key = mjm.key("standing")
+    h = float(mjm.opt.timestep)
+    loaded = rbjax.load(path, contacts=True, qpos=key.qpos, control=key.ctrl)
+    model, steps = loaded.model, round(seconds / h)
+    feet = [i for i in range(mjm.ngeom) if mjm.geom_contype[i] == 1]
+    radius = float(mjm.geom_size[feet[0], 0])
+
+    def feet_at(qs):
+        d, out = mujoco.MjData(mjm), []
+        for q in qs:
+            d.qpos[:] = q
+            mujoco.mj_kinematics(mjm, d)
+            out.append(d.geom_xpos[feet].copy())
+        return np.array(out)
+
+    out = {"physics": {}, "speed": []}
+    q0, v0 = np.asarray(key.qpos)[None], np.zeros((1, mjm.nv))
+    runs = {"rbjax": None, "MuJoCo, file options": mjm}
+    runs["MuJoCo, hard friction"] = mujoco.MjModel.from_xml_path(barkour_scene(HARD))
+    one_second = round(1.0 / h) - 1
+    for name, m in runs.items():
+        if m is None:
+            result = run_rbjax(model, q0, v0, steps, h)()
+            qs, ok = np.asarray(result.qpos)[0], int(np.asarray(result.result).reshape(-1)[0])
+            depth = float(max(0.0, -(feet_at(qs[::5])[:, :, 2] - radius).min()))
+        else:
+            state = np.asarray(run_mujoco(m, q0, v0, steps, 1, key.ctrl)())[0]
+            qs, ok = state[:, 1 : 1 + m.nq], 0
+            depth = _mujoco_depth(m, qs[::5])
+        f_end, f_1s = feet_at(qs[[-1]])[0], feet_at(qs[[one_second]])[0]
+        out["physics"][name] = dict(
+            result=ok,
+            base_height_m=float(qs[-1, 2]),
+            feet_xy_m=f_end[:, :2].tolist(),
+            feet_gap_m=(f_end[:, 2] - radius).tolist(),
+            feet_creep_after_1s_m=float(np.max(np.abs(f_end[:, :2] - f_1s[:, :2]))),
+            deepest_penetration_m=depth,
+        )
+        print(f"  quadruped {name}: {out['physics'][name]}", flush=True)
+    for batch in batches:
+        qpos = np.tile(q0, (batch, 1))
+        if batch > 1:
+            qpos[:, 2] += np.random.default_rng(0).uniform(0.0, 0.02, batch)
+        qvel = np.zeros((batch, mjm.nv))
+        n = steps if batch == 1 else 500
+        engines = {
+            "rbjax": run_rbjax(model, qpos, qvel, n, h),
+            "MuJoCo C 1 thread": run_mujoco(mjm, qpos, qvel, n, 1, key.ctrl),
+        }
+        for name, fn in engines.items():
+            _, first, warm = timed(fn, repeats)
+            med = statistics.median(warm)
+            out["speed"].append(
+                dict(
+                    B=batch,
+                    engine=name,
+                    steps=n,
+                    compile_s=max(first - med, 0.0),
+                    run_s=med,
+                    us_per_system_step=1e6 * med / (batch * n),
+                )
+            )
+            print(
+                f"  quadruped B={batch} {name}: "
+                f"{out['speed'][-1]['us_per_system_step']:.3g} µs/system-step",
+                flush=True,
+            )
+    return out
+
+
 def _mujoco_depth(mjm, qs):
     d, deepest = mujoco.MjData(mjm), 0.0
     for q in qs:
@@ -350,10 +464,14 @@ def _mujoco_depth(mjm, qs):
 
 
 def table(records) -> str:
-    lines = [
-        "| scene | engine | time to rest s | rest height m | tilt ° | deepest penetration m | closed form |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    lines = []
+    if not (records["physics"] or records["speed"]):  # --only quadruped
+        records = {**records, "physics": {}, "speed": []}
+    else:
+        lines += [
+            "| scene | engine | time to rest s | rest height m | tilt ° | deepest penetration m | closed form |",
+            "|---|---|---|---|---|---|---|",
+        ]
     for scene, rows in records["physics"].items():
         for engine, r in rows.items():
             if "rolling_from_s" in r:
@@ -368,11 +486,12 @@ def table(records) -> str:
                 f"| {scene} | {engine} | {r['time_to_rest_s']:.3f} | {r['rest_height_m']:.5f} | "
                 f"{r.get('tilt_at_rest_deg', float('nan')):.2g} | {r['deepest_penetration_m']:.2e} | {extra} |"
             )
-    lines += [
-        "",
-        "| B | engine | steps | compile s | run s | µs per system-step |",
-        "|---|---|---|---|---|---|",
-    ]
+    if records["speed"]:
+        lines += [
+            "",
+            "| B | engine | steps | compile s | run s | µs per system-step |",
+            "|---|---|---|---|---|---|",
+        ]
     for r in records["speed"]:
         lines.append(
             f"| {r['B']} | {r['engine']} | {r['steps']} | {r['compile_s']:.2f} | {r['run_s']:.4f} | "
@@ -402,6 +521,30 @@ def table(records) -> str:
                 f"| {r['B']} | {r['engine']} | {r['steps']} | {r['compile_s']:.2f} | "
                 f"{r['run_s']:.4f} | {r['us_per_system_step']:.3g} |"
             )
+    if "quadruped" in records:
+        lines += [
+            "",
+            "Barkour v0 standing, 5 s (tests/test_contact_quadruped.py):",
+            "",
+            "| engine | base height m | feet creep after 1 s m | deepest penetration m | feet gap m |",
+            "|---|---|---|---|---|",
+        ]
+        for engine, r in records["quadruped"]["physics"].items():
+            gaps = ", ".join(f"{g:.1e}" for g in r["feet_gap_m"])
+            lines.append(
+                f"| {engine} | {r['base_height_m']:.5f} | {r['feet_creep_after_1s_m']:.1e} | "
+                f"{r['deepest_penetration_m']:.1e} | {gaps} |"
+            )
+        lines += [
+            "",
+            "| B | engine | steps | compile s | run s | µs per system-step |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in records["quadruped"]["speed"]:
+            lines.append(
+                f"| {r['B']} | {r['engine']} | {r['steps']} | {r['compile_s']:.2f} | "
+                f"{r['run_s']:.4f} | {r['us_per_system_step']:.3g} |"
+            )
     return "\n".join(lines)
 
 
@@ -422,6 +565,10 @@ def main(argv=None):
         help="batch sizes of the two-cube stack (B = 64 did not finish in 25 min, session 49: "
         "under vmap every system runs the sweeps of the slowest)",
     )
+    ap.add_argument(
+        "--quadruped-batches", type=int, nargs="+", default=[1, 64], help="Barkour standing"
+    )
+    ap.add_argument("--only", choices=["quadruped"], default=None, help="run this section alone")
     ap.add_argument("--quick", action="store_true", help="B = 1 and 64, one repeat")
     ap.add_argument("--json", default=None)
     ap.add_argument("--table", default=None, help="print the tables of a --json file and exit")
@@ -444,12 +591,15 @@ def main(argv=None):
         "physics": {},
         "speed": [],
     }
-    for name in SCENES:
-        print(name, flush=True)
-        records["physics"][name] = physics(name, args.repeats)
-    records["speed"] = speed(args.batches, args.repeats, args.run_s)
-    print("stack", flush=True)
-    records["stack"] = stack(args.stack_batches, args.repeats)
+    if args.only is None:
+        for name in SCENES:
+            print(name, flush=True)
+            records["physics"][name] = physics(name, args.repeats)
+        records["speed"] = speed(args.batches, args.repeats, args.run_s)
+        print("stack", flush=True)
+        records["stack"] = stack(args.stack_batches, args.repeats)
+    print("quadruped", flush=True)
+    records["quadruped"] = quadruped(args.quadruped_batches, args.repeats)
     print(table(records))
     if args.json:
         with open(args.json, "w") as fh:

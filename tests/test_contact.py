@@ -73,7 +73,7 @@ def test_a_ball_bounces_to_e_squared_heights_and_smooth_integrators_refuse_conta
     apex = _apexes(z)[:4]
     np.testing.assert_allclose(apex, [e ** (2 * k) * h0 for k in range(1, 5)], rtol=1e-2)
     assert z.min() > -np.sqrt(2 * G * h0) * H
-    with pytest.raises(ValueError, match=r"would ignore the model's 1 contact points.*MoreauJean"):
+    with pytest.raises(ValueError, match=r"would ignore the model's 1 contact point.*MoreauJean"):
         rbjax.rollout(model, _state((0, 0, 1.0)), H, 10, integrator=rbjax.RK4())
 
 
@@ -215,5 +215,5 @@ def test_a_pendulum_stops_at_its_joint_limit(e):
     later = theta[hit + 50 :]
     expected = 0.3 if e == 0.0 else 1.0
     assert later.max() == pytest.approx(expected, rel=1e-2)
-    with pytest.raises(ValueError, match="would ignore the model's 2 joint-limit sides"):
+    with pytest.raises(ValueError, match="would ignore the model's 1 limited joint coordinate"):
         rbjax.rollout(model, state, H, 10, integrator=rbjax.RK4())

@@ -162,8 +162,10 @@ def natural_map(P, d: _Data):
     return P - _prox_all(d, P, _steps(d))
 
 
-def _sweep(d: _Data, P, r):
-    """One projected Gauss–Seidel sweep over the contacts (module docstring)."""
+def _sweep(d: _Data, P, r, order):
+    """One projected Gauss–Seidel sweep over the contacts (module docstring), the closed ones
+    in ``order`` (``_closed_order``, computed once per solve: the closed set does not change
+    within it, and XLA recomputed the ordering's running count at every sweep)."""
     m = P.shape[0]
     e = jnp.stack([d.e_n, d.e_t, d.e_t], axis=-1)
     G = d.G.reshape(m, 3, m, 3)
@@ -181,7 +183,6 @@ def _sweep(d: _Data, P, r):
     # over the closed contacts only, in their order (an open one keeps P = 0, set by _solve):
     # most candidates of a scene are open, and each visit is a sequential step (measured: two
     # resting cubes, 13 of 42 candidates closed)
-    order = _closed_order(d)
     return jax.lax.fori_loop(0, jnp.sum(d.closed), lambda j, P: one(order[j], P), P)
 
 
@@ -195,7 +196,7 @@ def _closed_order(d: _Data):
     return jnp.sum(jnp.where(hit, jnp.arange(m)[None, :], 0), axis=1)
 
 
-def _newton_step(d: _Data, P, r, residual):
+def _newton_step(d: _Data, P, r, residual, closed_order):
     """One semi-smooth Newton step on the natural map from P (module docstring): the
     least-squares step of its generalized Jacobian (redundant contacts make it singular), the
     best of the step lengths 1, 1/2, …, 1/2¹¹ by the residual, then ``_RESWEEP`` sweeps.
@@ -209,7 +210,7 @@ def _newton_step(d: _Data, P, r, residual):
     m = P.shape[0]
     K = min(m, _NEWTON_MAX)
     F = natural_map(P, d)
-    order = _closed_order(d)[:K]
+    order = closed_order[:K]
     valid = jnp.arange(K) < jnp.sum(d.closed)
     J = _natural_jacobian(d, P, r, order)  # (K, 3, K, 3)
     eye = jnp.eye(3 * K, dtype=P.dtype).reshape(K, 3, K, 3)
@@ -219,7 +220,7 @@ def _newton_step(d: _Data, P, r, residual):
     step = jnp.zeros_like(P).at[order].add(jnp.where(valid[:, None], sc, 0.0))
     trials = P - jnp.asarray(_BACKTRACK, P.dtype)[:, None, None] * step
     best = trials[jnp.argmin(jax.vmap(residual)(trials))]
-    return jax.lax.fori_loop(0, _RESWEEP, lambda _, x: _sweep(d, x, r), best)
+    return jax.lax.fori_loop(0, _RESWEEP, lambda _, x: _sweep(d, x, r, closed_order), best)
 
 
 def _natural_jacobian(d: _Data, P, r, idx):
@@ -239,6 +240,7 @@ def _natural_jacobian(d: _Data, P, r, idx):
 
 def _solve(d: _Data, P0, tol, max_iter, accept=None, floor=0.0):
     r = _steps(d)
+    order = _closed_order(d)
     # the size of the percussions that the data ask for, from the closed contacts only (an
     # open candidate far away must not loosen the tolerance)
     closed = d.closed[:, None]
@@ -259,7 +261,7 @@ def _solve(d: _Data, P0, tol, max_iter, accept=None, floor=0.0):
 
     def sweeps(carry):
         P, _, k, anchor, _ = carry
-        P = _sweep(d, P, r)
+        P = _sweep(d, P, r, order)
         res, k = residual(P), k + 1
         # slow: the residual fell by less than half over the last _WINDOW sweeps (a rate
         # worse than 0.87 a sweep)
@@ -281,7 +283,7 @@ def _solve(d: _Data, P0, tol, max_iter, accept=None, floor=0.0):
 
     def polish(carry):
         P, res, k, _ = carry
-        trial = _newton_step(d, P, r, residual)
+        trial = _newton_step(d, P, r, residual, order)
         res_trial = residual(trial)
         better = res_trial < res
         # stalled: a Newton step and its sweeps took off less than a tenth of the residual

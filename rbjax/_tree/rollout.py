@@ -194,7 +194,10 @@ def rollout_tree(
         )
     unilateral = [
         f"{s.count} {what}"
-        for s, what in ((model.contacts, "contact points"), (model.limits, "joint-limit sides"))
+        for s, what in (
+            (model.contacts, "contact point(s)"),
+            (model.limits, "limited joint coordinate(s)"),
+        )
         if s is not None
     ]
     if unilateral and not isinstance(integrator, MoreauJean):
