@@ -12,6 +12,7 @@ import re
 import warnings
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -78,7 +79,10 @@ def test_the_barkour_quadruped_stands_as_mujoco_does_with_hard_friction(tmp_path
       (0.59 mm, measured) plus rbjax's hover.
     * MuJoCo with the file's own options (pyramidal cone, impratio 1, one iteration): its
       regularised friction lets loaded feet creep; they splay by more than 5 mm between 1 and
-      5 s (8.7 mm, measured) and the base sinks, where Coulomb's law holds them (rbjax)."""
+      5 s (8.7 mm, measured) and the base sinks, where Coulomb's law holds them (rbjax).
+
+    And the feet's contact Jacobian W (closed form) is MuJoCo's ``mj_jac`` at the contact
+    points to 1e-12, in a posture turned away from the stance."""
     path = _scene(tmp_path)
     mjm = mujoco.MjModel.from_xml_path(str(path))
     key = mjm.key("standing")
@@ -106,6 +110,23 @@ def test_the_barkour_quadruped_stands_as_mujoco_does_with_hard_friction(tmp_path
     np.testing.assert_allclose(feet[-1, :, :2], hard_feet[0, :, :2], atol=1e-3)
     np.testing.assert_allclose(q[-1, 7:], hard[-1, 7:], atol=2e-3)
     assert 0.0 <= q[-1, 2] - hard[-1, 2] <= hard_depth + 1e-4
+
+    # the contact Jacobian in closed form (rbjax/_tree/bodies.py point_jacobian) against
+    # MuJoCo's mj_jac at the contact points, in a posture away from the stance
+    posture = q[-1].copy()
+    posture[3:7] = np.array([0.9, 0.1, -0.2, 0.3]) / np.linalg.norm([0.9, 0.1, -0.2, 0.3])
+    posture[7:] += np.random.default_rng(0).uniform(-0.4, 0.4, 12)
+    _, W = model.contacts.gaps_and_jacobian(model, jnp.asarray(posture))
+    feet_now, _ = _feet(mjm, posture)
+    d = mujoco.MjData(mjm)
+    d.qpos[:] = posture
+    mujoco.mj_forward(mjm, d)
+    frame = np.asarray(model.contacts.frame)  # rows n, t1, t2 of the plane
+    for k, geom in enumerate(i for i in range(mjm.ngeom) if mjm.geom_contype[i] == 1):
+        jacp = np.zeros((3, mjm.nv))
+        point = feet_now[0, k] - radius * frame[0]
+        mujoco.mj_jac(mjm, d, jacp, None, point, mjm.geom_bodyid[geom])
+        np.testing.assert_allclose(np.asarray(W[k]), frame @ jacp, atol=1e-12)
 
     soft, _ = _mujoco(path)
     soft_feet, _ = _feet(mjm, soft[[499, -1]])

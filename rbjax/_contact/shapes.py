@@ -225,7 +225,7 @@ class ContactPoints(eqx.Module):
         bodies A, B (k,) static (the world: nb, appended last; a plane candidate's A), and
         velocity(qvel) -> (v, ω) (nb + 1, 3) of every body's centre of mass ``com`` (nb + 1,
         3): all from ONE forward-kinematics pass of ONE system."""
-        xpos, R, com, body_velocity = natural_body_kinematics(model, qpos)
+        xpos, R, com, body_velocity, point_jacobian = natural_body_kinematics(model, qpos)
         nb = xpos.shape[0]
         # the world as a last body: at rest, at the origin, unrotated
         add = lambda x, row: jnp.concatenate([x, row[None].astype(x.dtype)])  # noqa: E731
@@ -248,13 +248,18 @@ class ContactPoints(eqx.Module):
             body_a.append(np.where(a < 0, nb, a))
             body_b.append(np.where(b < 0, nb, b))
 
+        p, a, b = jnp.concatenate(points), np.concatenate(body_a), np.concatenate(body_b)
+        frame = jnp.concatenate(frames)
+
         def velocity(qvel):  # γ (k, 3): B's velocity relative to A's at p, in the frame
             v, w = (add(x, jnp.zeros(3)) for x in body_velocity(qvel))
-            p, a, b = jnp.concatenate(points), np.concatenate(body_a), np.concatenate(body_b)
             at = lambda i: v[i] + jnp.cross(w[i], p - com_w[i])  # noqa: E731
-            return jnp.einsum("kij,kj->ki", jnp.concatenate(frames), at(b) - at(a))
+            return jnp.einsum("kij,kj->ki", frame, at(b) - at(a))
 
-        return jnp.concatenate(gaps), velocity
+        def jacobian():  # W (k, 3, nv) with γ = W q̇, in closed form
+            return jnp.einsum("kij,kjn->kin", frame, point_jacobian(b, p) - point_jacobian(a, p))
+
+        return jnp.concatenate(gaps), velocity, jacobian
 
     def gaps(self, model, qpos):
         """The gaps g (k,) of ONE system (module docstring)."""
@@ -274,14 +279,15 @@ class ContactPoints(eqx.Module):
         """(g (k,), γ (k, 3)) of ONE system: the gaps and the contact velocities in each
         candidate's frame (n, t₁, t₂) (module docstring; for a pair, γ is B's velocity
         relative to A's at the contact point); γ is linear in qvel."""
-        gap, velocity = self._candidates(model, qpos)
+        gap, velocity, _ = self._candidates(model, qpos)
         return gap, velocity(qvel)
 
     def gaps_and_jacobian(self, model, qpos):
         """(g (k,), W (k, 3, nv)) of ONE system: the gaps and γ = W q̇ (the contact
-        velocities' Jacobian, by forward mode on the map linear in q̇, one kinematics pass)."""
-        gap, velocity = self._candidates(model, qpos)
-        return gap, jax.jacfwd(velocity)(jnp.zeros(model.nv, gap.dtype))
+        velocities' Jacobian in closed form from the bodies' motion subspaces,
+        rbjax/_tree/bodies.py, one kinematics pass)."""
+        gap, _, jacobian = self._candidates(model, qpos)
+        return gap, jacobian()
 
 
 WORLD = "world"

@@ -18,6 +18,7 @@ batch members at once. Arrays are component-first (a vector (3, nb, *batch)); th
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from .. import _quaternion as quat
@@ -66,20 +67,42 @@ def body_velocities(
 
 
 def natural_body_kinematics(model, qpos: Float[Array, " nq"]):
-    """(xpos (nb, 3), R (nb, 3, 3), com (nb, 3), velocity) of ONE system from one
-    forward-kinematics pass, with velocity(qvel (nv,)) -> (v, ω) (nb, 3), linear in qvel:
+    """(xpos (nb, 3), R (nb, 3, 3), com (nb, 3), velocity, point_jacobian) of ONE system from
+    one forward-kinematics pass, with velocity(qvel (nv,)) -> (v, ω) (nb, 3), linear in qvel:
     what :func:`natural_body_poses`, :func:`natural_body_com` and
     :func:`natural_body_velocities` give, with the attitude as a rotation matrix (a contact's
     geometry needs the matrix; three passes and a matrix-quaternion-matrix round trip were
-    a third of a contact step's program, measured)."""
-    f = frames(model.topology, model, _first(qpos))
+    a third of a contact step's program, measured).
+
+    point_jacobian(body (k,) static, points (k, 3)) -> J (k, 3, nv): the velocity of world
+    points fixed to the bodies ``body`` (nb: the world, J = 0) is J q̇, in closed form: column
+    d of body i is [d ⪯ i] (S_d^v + S_d^ω × (p − O)) (module docstring; the forward-mode
+    Jacobian of ``velocity`` pushed nv tangents through it: 21 of a quadruped's 85 µs contact
+    step at B = 64, measured)."""
+    topo = model.topology
+    f = frames(topo, model, _first(qpos))
     com = com_from(model, f)
 
     def velocity(qvel):
         v, w = velocities_from(model, f, com, _first(qvel))
         return _natural(v), _natural(w)
 
-    return _natural(f.p), jnp.moveaxis(f.R, (0, 1), (-2, -1)), _natural(com), velocity
+    def point_jacobian(body, points):
+        body = np.asarray(body, int)
+        mask = np.concatenate([topo.body_dofs, np.zeros((1, topo.nv), bool)])[body]
+        origin = jnp.concatenate([f.origin, jnp.zeros((3, 1), f.origin.dtype)], axis=1)
+        S = motion_subspace(topo, f)  # (6, nv)
+        arm = points - origin[:, body].T  # (k, 3)
+        J = S[3:].T[None] + jnp.cross(S[:3].T[None], arm[:, None, :])  # (k, nv, 3)
+        return jnp.swapaxes(jnp.where(mask[:, :, None], J, 0.0), 1, 2)
+
+    return (
+        _natural(f.p),
+        jnp.moveaxis(f.R, (0, 1), (-2, -1)),
+        _natural(com),
+        velocity,
+        point_jacobian,
+    )
 
 
 def _first(x):
