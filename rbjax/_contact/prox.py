@@ -277,6 +277,8 @@ def _solve(d: _Data, P0, tol, max_iter, accept=None, floor=0.0):
 
     # 1. sweeps, until they are slow (then Newton takes over) or _SWEEPS_FIRST
     P0 = jnp.where(d.closed[:, None], P0, 0.0)  # an open contact has none (the sweeps skip it)
+    if P0.ndim == 3:  # candidate starts: the one nearest to solving the laws
+        P0 = P0[jnp.argmin(jax.vmap(residual)(P0))]
     carry = gauss_seidel(
         P0, residual(P0), jnp.asarray(0), min(max_iter, _SWEEPS_FIRST), lambda P, res: True
     )
@@ -325,7 +327,9 @@ def percussions(
     per contact; ``gamma_free`` and ``gamma_minus`` (m, 3) the contact velocities without
     percussion and before the step; ``mu``, ``restitution`` (normal) and
     ``tangential_restitution`` per contact (m,) or scalars; ``closed`` (m,) which contacts take
-    part (the others get P = 0); ``initial`` (m, 3) a warm start (default 0). ``tol`` the
+    part (the others get P = 0); ``initial`` (m, 3) a warm start (default 0), or (c, m, 3)
+    candidate starts, of which the solve begins at the one with the least natural-map
+    residual. ``tol`` the
     natural-map tolerance, relative to the percussions' size; ``max_iter`` the sweeps at most;
     ``accept`` (≥ tol; default tol) the residual, relative as tol, below which a solve that
     stopped at ``max_iter`` still counts as converged (``ok``); ``floor`` the least size of

@@ -131,7 +131,9 @@ class MoreauJean(AbstractIntegrator):
 
     def _engine_step_warm(self, model, t, q, u, h, warm):
         def one(m, s, last):
-            P0 = 2.0 * last[0] - last[1]
+            # the last percussions, or their linear extrapolation, whichever is nearer to
+            # solving the laws (extrapolating an impact's percussion doubles it)
+            P0 = jnp.stack([last[0], 2.0 * last[0] - last[1]])
             out = contact_step(
                 m,
                 s.t,
@@ -155,7 +157,8 @@ def contact_step(
     model, t, qpos, qvel, h, tol, max_iter, projection=True, accept=None, initial=None
 ):
     """One step of ONE system (module docstring): (qpos', qvel', solver converged,
-    percussions (k, 3)); ``initial`` (k, 3) the contact solver's warm start (default 0)."""
+    percussions (k, 3)); ``initial`` (k, 3) the contact solver's warm start, or (c, k, 3)
+    candidate starts (``percussions``; default 0)."""
     topo = model.topology
     qm = integrate_positions(topo, qpos, qvel, 0.5 * h)
     M, b = model.mass_and_bias(qm[:, None], qvel[:, None])
