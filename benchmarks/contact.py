@@ -171,6 +171,19 @@ def timed(fn, repeats):
     return out, first, runs
 
 
+def _speed_row(batch, engine, steps, first, warm):
+    """A speed record: compile = first call − median warm call, µs per system-step."""
+    med = statistics.median(warm)
+    return dict(
+        B=batch,
+        engine=engine,
+        steps=steps,
+        compile_s=max(first - med, 0.0),
+        run_s=med,
+        us_per_system_step=1e6 * med / (batch * steps),
+    )
+
+
 def physics(scene_name, repeats):
     """The scene at B = 1 in both engines: what each reports, against the closed form."""
     scene = SCENES[scene_name]
@@ -305,17 +318,7 @@ def stack(batches, repeats, tmp="/tmp/rbjax_bench_stack.xml"):
             engines["MuJoCo C 1 thread"] = run_mujoco(mjm, qpos, qvel, steps, 1)
         for name, fn in engines.items():
             result, first, runs = timed(fn, repeats)
-            med = statistics.median(runs)
-            out["speed"].append(
-                dict(
-                    B=batch,
-                    engine=name,
-                    steps=steps,
-                    compile_s=max(first - med, 0.0),
-                    run_s=med,
-                    us_per_system_step=1e6 * med / (batch * steps),
-                )
-            )
+            out["speed"].append(_speed_row(batch, name, steps, first, runs))
             print(
                 f"  stack B={batch} {name}: {out['speed'][-1]['us_per_system_step']:.3g} µs",
                 flush=True,
@@ -434,17 +437,7 @@ def quadruped(batches, repeats, seconds=5.0):
         }
         for name, fn in engines.items():
             _, first, warm = timed(fn, repeats)
-            med = statistics.median(warm)
-            out["speed"].append(
-                dict(
-                    B=batch,
-                    engine=name,
-                    steps=n,
-                    compile_s=max(first - med, 0.0),
-                    run_s=med,
-                    us_per_system_step=1e6 * med / (batch * n),
-                )
-            )
+            out["speed"].append(_speed_row(batch, name, n, first, warm))
             print(
                 f"  quadruped B={batch} {name}: "
                 f"{out['speed'][-1]['us_per_system_step']:.3g} µs/system-step",
@@ -461,6 +454,22 @@ def _mujoco_depth(mjm, qs):
         if d.ncon:
             deepest = max(deepest, float(-min(c.dist for c in d.contact[: d.ncon])))
     return deepest
+
+
+def _speed_table(rows) -> list[str]:
+    if not rows:
+        return []
+    lines = [
+        "",
+        "| B | engine | steps | compile s | run s | µs per system-step |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['B']} | {r['engine']} | {r['steps']} | {r['compile_s']:.2f} | "
+            f"{r['run_s']:.4f} | {r['us_per_system_step']:.3g} |"
+        )
+    return lines
 
 
 def table(records) -> str:
@@ -486,17 +495,7 @@ def table(records) -> str:
                 f"| {scene} | {engine} | {r['time_to_rest_s']:.3f} | {r['rest_height_m']:.5f} | "
                 f"{r.get('tilt_at_rest_deg', float('nan')):.2g} | {r['deepest_penetration_m']:.2e} | {extra} |"
             )
-    if records["speed"]:
-        lines += [
-            "",
-            "| B | engine | steps | compile s | run s | µs per system-step |",
-            "|---|---|---|---|---|---|",
-        ]
-    for r in records["speed"]:
-        lines.append(
-            f"| {r['B']} | {r['engine']} | {r['steps']} | {r['compile_s']:.2f} | {r['run_s']:.4f} | "
-            f"{r['us_per_system_step']:.3g} |"
-        )
+    lines += _speed_table(records["speed"])
     if "stack" in records:
         lines += [
             "",
@@ -511,16 +510,7 @@ def table(records) -> str:
                 f"| {engine} | {h[0]:.6f}, {h[1]:.6f} | {r['deepest_penetration_m']:.2e} | "
                 f"{r['time_to_rest_s']:.3f} | {r['max_speed_last_100_steps']:.1e} |"
             )
-        lines += [
-            "",
-            "| B | engine | steps | compile s | run s | µs per system-step |",
-            "|---|---|---|---|---|---|",
-        ]
-        for r in records["stack"]["speed"]:
-            lines.append(
-                f"| {r['B']} | {r['engine']} | {r['steps']} | {r['compile_s']:.2f} | "
-                f"{r['run_s']:.4f} | {r['us_per_system_step']:.3g} |"
-            )
+        lines += _speed_table(records["stack"]["speed"])
     if "quadruped" in records:
         lines += [
             "",
@@ -535,16 +525,7 @@ def table(records) -> str:
                 f"| {engine} | {r['base_height_m']:.5f} | {r['feet_creep_after_1s_m']:.1e} | "
                 f"{r['deepest_penetration_m']:.1e} | {gaps} |"
             )
-        lines += [
-            "",
-            "| B | engine | steps | compile s | run s | µs per system-step |",
-            "|---|---|---|---|---|---|",
-        ]
-        for r in records["quadruped"]["speed"]:
-            lines.append(
-                f"| {r['B']} | {r['engine']} | {r['steps']} | {r['compile_s']:.2f} | "
-                f"{r['run_s']:.4f} | {r['us_per_system_step']:.3g} |"
-            )
+        lines += _speed_table(records["quadruped"]["speed"])
     return "\n".join(lines)
 
 
