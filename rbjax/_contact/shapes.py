@@ -221,10 +221,11 @@ class ContactPoints(eqx.Module):
         return len(self.body) + sum(group.count for group in self.pairs)
 
     def _candidates(self, model, qpos, pairs: bool = True):
-        """Every candidate's gap g (k,), frame rows (n, t₁, t₂) (k, 3, 3), point p (k, 3) and
-        bodies A, B (k,) static (the world: nb, appended last; a plane candidate's A), and
-        velocity(qvel) -> (v, ω) (nb + 1, 3) of every body's centre of mass ``com`` (nb + 1,
-        3): all from ONE forward-kinematics pass of ONE system."""
+        """(g (k,), velocity, jacobian) of ONE system, from ONE forward-kinematics pass: every
+        candidate's gap; velocity(qvel) -> γ (k, 3), B's velocity relative to A's at the
+        candidate's point p in its frame rows (n, t₁, t₂); jacobian() -> W (k, 3, nv) with
+        γ = W q̇, in closed form (bodies A, B static; the world is body nb, appended last, and
+        a plane candidate's A)."""
         xpos, R, com, body_velocity, point_jacobian = natural_body_kinematics(model, qpos)
         nb = xpos.shape[0]
         # the world as a last body: at rest, at the origin, unrotated
