@@ -74,11 +74,12 @@ class MoreauJean(AbstractIntegrator):
     the largest percussion, measured); a step above it fails with
     ``rbjax.RESULTS.solver_failed``. ``projection``: move the positions out of the plane after
     each step, leaving the velocities as they are (module docstring). First order. In a
-    rollout each step's solve starts from the last two steps' percussions
-    extrapolated, 2 P_k − P_{k−1} (a warm start: a box resting on four corners then needs 0
-    or 1 sweeps a step instead of 19 to 50; the quadruped of tests/test_contact_quadruped.py,
-    whose percussions drift with its stance, 7.3 instead of 10.7 with P_k alone, measured);
-    the steps are the same to the solver's tolerance from any start."""
+    rollout each step's solve starts from the last step's percussions P_k or their
+    extrapolation 2 P_k − P_{k−1}, whichever has the smaller natural-map residual (a warm
+    start: a box resting on four corners then needs 0 or 1 sweeps a step instead of 19 to 50;
+    the quadruped of tests/test_contact_quadruped.py, whose percussions drift with its stance,
+    7.3 instead of 10.7 from P_k alone, measured); the steps are the same to the solver's
+    tolerance from any start."""
 
     tol: float = eqx.field(static=True, default=1e-10)
     max_iter: int = eqx.field(static=True, default=1000)
