@@ -13,7 +13,7 @@ Scenes (a free body on the ground plane z = 0, h = 1 ms, float64):
   that closed form.
 * ``stack`` (its own rows): two cubes, the upper one turned and dropped onto the lower one
   (box–box contact, rbjax/_contact/narrow.py), loaded from one MJCF by both engines.
-* ``quadruped`` (its own rows): Barkour v0 from MuJoCo's wheel standing under its position
+* ``quadruped`` (its own rows): Barkour v0 (tests/data/barkour_v0.xml) standing under its position
   actuators for 5 s (4 feet, 12 joint limits, h = 2 ms; ``quadruped``'s docstring), against
   MuJoCo with the file's options and with hard friction.
 
@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import re
 import statistics
 import time
 from pathlib import Path
@@ -348,28 +347,17 @@ def stack(batches, repeats, tmp="/tmp/rbjax_bench_stack.xml"):
     return out
 
 
-BARKOUR = (
-    Path(mujoco.__file__).parent / "mjx" / "test_data" / "barkour_v0" / "assets"
-    if HAVE_MUJOCO
-    else None
-)
+# Barkour v0 as MuJoCo ships it for MJX's tests, its visual meshes left out and its height
+# field replaced by a plane (tests/data/README.md)
+BARKOUR = Path(__file__).parent.parent / "tests" / "data" / "barkour_v0.xml"
 
 
 def barkour_scene(options=None, tmp="/tmp/rbjax_bench_barkour.xml"):
-    """Barkour v0 from MuJoCo's wheel (MJX's test model) with a plane for its height field, as
-    tests/test_contact_quadruped.py builds it; ``options`` replaces its solver options."""
-    xml = (BARKOUR / "barkour_v0_mjx.xml").read_text()
-    xml = xml.replace('meshdir="."', f'meshdir="{BARKOUR}"')
-    xml = re.sub(r'<hfield name="rand_uniform"[^>]*/>', "", xml)
-    xml = re.sub(
-        r'<geom name="hfield_floor"[^>]*/>',
-        '<geom name="floor" type="plane" size="0 0 0.05" conaffinity="1"/>',
-        xml,
-    )
-    if options is not None:
-        xml = xml.replace('iterations="1" ls_iterations="4"', options)
+    """tests/data/barkour_v0.xml, or a copy with MuJoCo's solver options replaced."""
+    if options is None:
+        return str(BARKOUR)
     with open(tmp, "w") as fh:
-        fh.write(xml)
+        fh.write(BARKOUR.read_text().replace('iterations="1" ls_iterations="4"', options))
     return tmp
 
 

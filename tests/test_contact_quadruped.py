@@ -1,14 +1,12 @@
-"""A real quadruped standing (issue 38 §5): Google's Barkour v0 as MuJoCo's wheel ships it for
-MJX's tests (mujoco/mjx/test_data/barkour_v0), its four foot spheres on a plane, its 12 limited
-joints with armature and damping, held by its own position actuators (kp 35, kd 0.65, ±18 N·m)
-at the "standing" keyframe's controls, 5 s at the file's 2 ms step.
-
-The file's floor is a height field, which rbjax does not simulate; the scene puts the plane
-that the file carries commented out in its place (at z = 0). Nobody here wrote the robot."""
+"""A real quadruped standing (issue 38 §5): Google's Barkour v0 as MuJoCo ships it for MJX's
+tests (tests/data/barkour_v0.xml: its bodies, inertials, joints, actuators and foot spheres
+unchanged, its visual meshes left out and its height field replaced by the plane the file
+carries commented out; tests/data/README.md), its 12 limited joints with armature and
+damping, held by its own position actuators (kp 35, kd 0.65, ±18 N·m) at the "standing"
+keyframe's controls, 5 s at the file's 2 ms step. Nobody here wrote the robot."""
 
 from __future__ import annotations
 
-import re
 import warnings
 from pathlib import Path
 
@@ -19,25 +17,16 @@ import pytest
 import rbjax
 
 mujoco = pytest.importorskip("mujoco")
-ASSETS = Path(mujoco.__file__).parent / "mjx" / "test_data" / "barkour_v0" / "assets"
-FILE = ASSETS / "barkour_v0_mjx.xml"
+FILE = Path(__file__).parent / "data" / "barkour_v0.xml"
 STEPS = 2500  # 5 s at the file's 2 ms
 
 
 def _scene(tmp_path, options=None):
-    """The file with a plane for its height field (and, given ``options``, MuJoCo's solver
-    options replaced); its meshes are read from the wheel."""
-    xml = FILE.read_text().replace('meshdir="."', f'meshdir="{ASSETS}"')
-    xml = re.sub(r'<hfield name="rand_uniform"[^>]*/>', "", xml)
-    xml = re.sub(
-        r'<geom name="hfield_floor"[^>]*/>',
-        '<geom name="floor" type="plane" size="0 0 0.05" conaffinity="1"/>',
-        xml,
-    )
-    if options is not None:
-        xml = xml.replace('iterations="1" ls_iterations="4"', options)
-    path = tmp_path / ("barkour.xml" if options is None else "barkour_hard.xml")
-    path.write_text(xml)
+    """The file, or a copy with MuJoCo's solver options replaced by ``options``."""
+    if options is None:
+        return FILE
+    path = tmp_path / "barkour_hard.xml"
+    path.write_text(FILE.read_text().replace('iterations="1" ls_iterations="4"', options))
     return path
 
 
